@@ -1,0 +1,1 @@
+"""animfleet: the pieces every component shares (topology, job records, settings, logging, CLI)."""

@@ -1,0 +1,192 @@
+"""The job record: what a user sees of a job, and the only legal ways its state changes."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+JOB_ID_TOKEN_BYTES = 16
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELED = "canceled"
+    EXPIRED = "expired"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATES
+
+
+TERMINAL_STATES = frozenset(
+    {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELED, JobState.EXPIRED}
+)
+
+# Every legal transition, in one place. RUNNING -> RUNNING is a redelivery after a worker died.
+TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    JobState.QUEUED: frozenset(
+        {JobState.RUNNING, JobState.FAILED, JobState.CANCELED, JobState.EXPIRED}
+    ),
+    JobState.RUNNING: frozenset(
+        {JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELED}
+    ),
+    JobState.SUCCEEDED: frozenset(),
+    JobState.FAILED: frozenset(),
+    JobState.CANCELED: frozenset(),
+    JobState.EXPIRED: frozenset(),
+}
+
+
+class IllegalTransition(RuntimeError):
+    """A state change that the job lifecycle does not allow (e.g. succeeded -> running)."""
+
+
+class JobCanceled(Exception):
+    """Raised from a running job's step callback to stop it: canceled or past its deadline.
+
+    Deliberately not a ``RuntimeError``/``ValueError``: the pipeline turns those into model errors.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+# Webhook event names users filter on (``webhook_events_filter``), as Replicate's API spells them.
+WEBHOOK_EVENTS = ("start", "progress", "completed")
+
+
+def new_job_id(region: str) -> str:
+    """An unguessable id that names the region holding the record: ``<region>.<128-bit token>``."""
+    return f"{region}.{secrets.token_hex(JOB_ID_TOKEN_BYTES)}"
+
+
+def region_of(job_id: str) -> str:
+    """The region whose store holds the record of ``job_id``."""
+    region, sep, token = job_id.rpartition(".")
+    if not sep or not region or not token:
+        raise ValueError(f"job id {job_id!r} is not of the form <region>.<token>")
+    return region
+
+
+class JobError(BaseModel):
+    code: str
+    message: str
+
+
+class JobOutput(BaseModel):
+    key: str
+    bytes: int
+    content_type: str = "video/mp4"
+    frames: int
+    fps: int
+    width: int
+    height: int
+
+
+class JobMetrics(BaseModel):
+    """Seconds; ``None`` until the phase happened."""
+
+    queue_time: float | None = None
+    inference_time: float | None = None
+    encode_time: float | None = None
+    upload_time: float | None = None
+    total_time: float | None = None
+
+
+class JobProgress(BaseModel):
+    step: int = 0
+    total: int = 0
+
+
+class JobParams(BaseModel):
+    """What the worker needs to run the job; validated by the dispatcher before it is queued."""
+
+    model_config = ConfigDict(frozen=True)
+
+    prompt: str
+    frames: int
+    fps: int
+    width: int
+    height: int
+    seed: int
+    steps: int | None = None
+    variant: str | None = None
+
+
+class WebhookAttempt(BaseModel):
+    """One attempt to deliver one webhook event, as recorded on the job."""
+
+    webhook_id: str
+    type: str
+    attempt: int
+    at: float
+    status_code: int | None = None
+    latency_ms: float | None = None
+    outcome: str  # delivered | retry | stopped (410) | gave_up | refused (URL not allowed)
+    error: str | None = None
+
+
+MAX_RECORDED_ATTEMPTS = 100
+
+
+class JobRecord(BaseModel):
+    """The record kept in the region that runs the job; also the body of webhook events."""
+
+    id: str
+    status: JobState = JobState.QUEUED
+    region: str
+    home_region: str
+    params: JobParams
+    created_at: float = Field(default_factory=time.time)
+    started_at: float | None = None
+    completed_at: float | None = None
+    attempts: int = 0
+    worker: str | None = None
+    progress: JobProgress = Field(default_factory=JobProgress)
+    metrics: JobMetrics = Field(default_factory=JobMetrics)
+    output: JobOutput | None = None
+    error: JobError | None = None
+    webhook_url: str | None = None
+    webhook_events: list[str] = Field(default_factory=lambda: list(WEBHOOK_EVENTS))
+    webhook_disabled: bool = False  # the receiver answered 410 Gone: no more events
+    webhook_attempts: list[WebhookAttempt] = Field(default_factory=list)
+    webhook_progress_at: float | None = None  # when the last progress event was emitted
+    start_deadline: float | None = None  # unix time; not started by then -> expired
+    deadline: float | None = None  # unix time; still running then -> canceled
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    def start_overdue(self, now: float) -> bool:
+        """Queued past its start deadline (or its total deadline): it must not start."""
+        limits = [t for t in (self.start_deadline, self.deadline) if t is not None]
+        return self.status is JobState.QUEUED and bool(limits) and now >= min(limits)
+
+    def end(self, state: JobState, code: str, message: str) -> None:
+        """Move to a terminal ``state`` with an error code (canceled, expired, failed)."""
+        self.transition(state)
+        self.error = JobError(code=code, message=message)
+
+    def record_attempt(self, attempt: WebhookAttempt) -> None:
+        self.webhook_attempts = [*self.webhook_attempts, attempt][-MAX_RECORDED_ATTEMPTS:]
+
+    def transition(self, new: JobState) -> None:
+        """Move to ``new`` or raise :class:`IllegalTransition`; stamps times on the way."""
+        if new not in TRANSITIONS[self.status]:
+            raise IllegalTransition(f"job {self.id}: {self.status.value} -> {new.value}")
+        now = time.time()
+        if new is JobState.RUNNING:
+            self.started_at = now
+            self.attempts += 1
+            self.metrics.queue_time = now - self.created_at
+        elif new.terminal:
+            self.completed_at = now
+            self.metrics.total_time = now - self.created_at
+        self.status = new

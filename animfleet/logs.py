@@ -1,0 +1,60 @@
+"""structlog set-up shared by every process: one JSON object per line on stderr."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+import structlog
+
+_SECRET_KEYS = ("password", "secret", "token", "authorization", "signature")
+
+
+def _drop_secrets(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+    """Never let a secret reach a log line, whatever a caller binds."""
+    for key in list(event):
+        if any(part in key.lower() for part in _SECRET_KEYS):
+            event[key] = "***"
+    return event
+
+
+def configure(level: str | None = None) -> None:
+    """Route structlog and stdlib logging (Celery's own lines included) to JSON on stderr."""
+    level_name = (level or os.environ.get("ANIMFLEET_LOG_LEVEL", "INFO")).upper()
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        _drop_secrets,
+    ]
+    structlog.configure(
+        # Drop disabled levels first, so a filtered-out line costs next to nothing.
+        processors=[
+            structlog.stdlib.filter_by_level,
+            *shared,
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
+    )
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=shared,
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(),
+        ],
+    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level_name)
+
+
+def get_logger(name: str) -> structlog.stdlib.BoundLogger:
+    logger: structlog.stdlib.BoundLogger = structlog.stdlib.get_logger(name)
+    return logger
