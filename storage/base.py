@@ -1,0 +1,37 @@
+"""The one interface every storage backend offers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class StorageError(RuntimeError):
+    """A storage operation failed for a reason retrying will not fix (bad key, denied)."""
+
+
+class StorageUnavailable(StorageError):
+    """Storage could not be reached or answered 5xx; the caller should retry later."""
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    key: str
+    size: int
+    content_type: str
+
+
+class ObjectStore(Protocol):
+    """Put and fetch whole objects by key; hand out time-limited read URLs."""
+
+    def put(self, key: str, data: bytes, content_type: str) -> ObjectInfo: ...
+
+    def get(self, key: str) -> bytes: ...
+
+    def head(self, key: str) -> ObjectInfo | None: ...
+
+    def delete(self, key: str) -> None: ...
+
+    def list_keys(self, prefix: str) -> list[str]: ...
+
+    def presigned_url(self, key: str, expires_in: int) -> str: ...
