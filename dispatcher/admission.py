@@ -1,0 +1,249 @@
+"""Admission: which region takes a new job now, and what to do when none can.
+
+A region admits a job while the jobs it holds (queued + running) stay below one per live GPU
+plus a small ``allowance``. :func:`choose_region` draws the region from the routing table among
+the admissible ones. When none is admissible the dispatcher retries on a :class:`RetrySchedule`
+(tenacity full-jitter exponential backoff, stopped before the retry budget runs out) and finally
+raises :class:`AtCapacity` with a Retry-After hint. While the regions a source sends to are hot,
+a share of new jobs waits a short random :func:`execution_delay_s` before admission so a burst
+does not start (and finish, and retry) in lockstep.
+
+The same functions drive production (``admit`` around the real submit) and the simulator
+(which asks :meth:`RetrySchedule.next_sleep` for each simulated wait).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from tenacity import RetryCallState, Retrying, retry_if_exception_type
+from tenacity.stop import stop_after_attempt, stop_base, stop_before_delay
+from tenacity.wait import wait_base, wait_fixed, wait_random_exponential
+
+from dispatcher.routing.table import RoutingTable
+
+
+@dataclass(frozen=True)
+class AdmissionSettings:
+    """How the dispatcher admits, retries and spreads jobs.
+
+    Args:
+        allowance: jobs a region may hold beyond one per live GPU, as a fraction of its live
+            GPUs (rounded down), so 0.05 lets a 100-GPU region queue 5 extra jobs. It covers
+            the completions the in-flight view has not seen yet (heartbeat lag), which would
+            otherwise idle GPUs and push jobs abroad; 0 enforces the strict one-per-GPU rule.
+        retry_budget_s: no retry starts later than this after the first attempt
+            (tenacity ``stop_before_delay``); then the job fails with :class:`AtCapacity`.
+        max_attempts: attempts per job at most, first included.
+        backoff_initial_s: the jitter window of the first retry; it doubles per retry
+            (tenacity ``wait_random_exponential``: sleep = U(0, min(max, initial * 2**n))).
+        backoff_max_s: the widest jitter window.
+        hot_utilization: a source's targets are hot when their share-weighted utilization
+            (in-flight / live GPUs) reaches this.
+        execution_delay_share: the share of new jobs delayed while their targets are hot.
+        execution_delay_max_s: the delay is drawn uniformly from [0, this].
+    """
+
+    allowance: float = 0.05
+    retry_budget_s: float = 10.0
+    max_attempts: int = 12
+    backoff_initial_s: float = 0.25
+    backoff_max_s: float = 4.0
+    hot_utilization: float = 0.9
+    execution_delay_share: float = 0.25
+    execution_delay_max_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        checks = {
+            "allowance": 0 <= self.allowance <= 1,
+            "retry_budget_s": self.retry_budget_s >= 0,
+            "max_attempts": self.max_attempts >= 1,
+            "backoff_initial_s": self.backoff_initial_s > 0,
+            "backoff_max_s": self.backoff_max_s >= self.backoff_initial_s,
+            "hot_utilization": self.hot_utilization > 0,
+            "execution_delay_share": 0 <= self.execution_delay_share <= 1,
+            "execution_delay_max_s": self.execution_delay_max_s >= 0,
+        }
+        for name, ok in checks.items():
+            if not ok:
+                raise ValueError(f"`{name}` is out of range: {getattr(self, name)}")
+
+
+class RegionsFull(Exception):
+    """No region the routing table allows for this source can take a job right now."""
+
+
+class AtCapacity(Exception):
+    """Every reachable region stayed full for the whole retry budget.
+
+    ``retry_after_s`` (whole seconds, at least 1) is when trying again is worth it; the HTTP
+    gateway sends it as ``Retry-After``.
+    """
+
+    def __init__(self, source: str, attempts: int, retry_after_s: float) -> None:
+        super().__init__(
+            f"no GPU free for jobs from region {source!r} after {attempts} attempts; "
+            f"retry after {retry_after_s:g} s"
+        )
+        self.source = source
+        self.attempts = attempts
+        self.retry_after_s = retry_after_s
+
+
+def admission_limit(live_workers: int, settings: AdmissionSettings) -> int:
+    """The most jobs (queued + running) a region with ``live_workers`` GPUs may hold."""
+    return math.floor(live_workers * (1.0 + settings.allowance) + 1e-9)
+
+
+def choose_region(
+    table: RoutingTable,
+    source: str,
+    in_flight: Mapping[str, int],
+    live_workers: Mapping[str, int],
+    rng: random.Random,
+    settings: AdmissionSettings,
+) -> str | None:
+    """The region for one new job from ``source``, or ``None`` when every allowed one is full.
+
+    Args:
+        table: the routing table in force (possibly a few seconds old).
+        source: the job's home region.
+        in_flight: the dispatcher's view of jobs (queued + running) per region.
+        live_workers: live GPU workers per region.
+        rng: the random source for the weighted draw.
+        settings: gives the admission limit.
+    """
+
+    def admissible(region: str) -> bool:
+        return in_flight.get(region, 0) < admission_limit(live_workers.get(region, 0), settings)
+
+    return table.choose(source, rng, admissible)
+
+
+def source_utilization(
+    table: RoutingTable, source: str, in_flight: Mapping[str, int], live_workers: Mapping[str, int]
+) -> float:
+    """Share-weighted utilization of the regions ``source`` sends to (infinite if none is live)."""
+    total = 0.0
+    for target, share in table.shares.get(source, {source: 1.0}).items():
+        live = live_workers.get(target, 0)
+        total += share * (in_flight.get(target, 0) / live if live else math.inf)
+    return total
+
+
+def execution_delay_s(utilization: float, rng: random.Random, settings: AdmissionSettings) -> float:
+    """Seconds to hold a new job before admission: U(0, max) for a share of jobs while hot, else 0.
+
+    Hold the job in the dispatcher, not with a Celery countdown: an ETA message is reserved by
+    the worker that fetches it and would idle that GPU for the whole delay.
+    """
+    if utilization < settings.hot_utilization or rng.random() >= settings.execution_delay_share:
+        return 0.0
+    return rng.uniform(0.0, settings.execution_delay_max_s)
+
+
+class RetrySchedule:
+    """When to try a full admission again: one tenacity ``wait`` and ``stop`` pair.
+
+    Production wraps its submit in :meth:`retrying` (or calls :func:`admit`); the simulator asks
+    :meth:`next_sleep` for each simulated wait, so both run the same tenacity objects. Tenacity
+    draws its jitter from Python's global ``random`` module.
+    """
+
+    def __init__(self, wait: wait_base, stop: stop_base, window_s: Callable[[int], float]):
+        self.wait = wait
+        self.stop = stop
+        self._window_s = window_s
+        self._owner = Retrying(wait=wait, stop=stop)
+
+    @classmethod
+    def backoff(cls, settings: AdmissionSettings) -> RetrySchedule:
+        """Full-jitter exponential backoff under the retry budget (the production schedule)."""
+        initial, cap = settings.backoff_initial_s, settings.backoff_max_s
+        return cls(
+            wait=wait_random_exponential(multiplier=initial, max=cap),
+            stop=stop_before_delay(settings.retry_budget_s)
+            | stop_after_attempt(settings.max_attempts),
+            window_s=lambda attempt: min(cap, initial * 2.0 ** (attempt - 1)),
+        )
+
+    @classmethod
+    def immediate(cls, interval_s: float, max_attempts: int) -> RetrySchedule:
+        """Retry after a fixed probe round trip, no backoff: the naive baseline of the seeds."""
+        return cls(
+            wait=wait_fixed(interval_s),
+            stop=stop_after_attempt(max_attempts),
+            window_s=lambda attempt: interval_s,
+        )
+
+    def next_sleep(self, attempt_number: int, elapsed_s: float) -> float | None:
+        """Seconds to wait after failed attempt ``attempt_number`` (1-based), ``elapsed_s`` after
+        the first attempt started; ``None`` when the schedule gives up."""
+        state = self._state(attempt_number, elapsed_s)
+        state.upcoming_sleep = self.wait(state)
+        return None if self.stop(state) else state.upcoming_sleep
+
+    def gives_up(self, attempt_number: int, elapsed_s: float, sleep_s: float) -> bool:
+        """Whether the schedule stops after attempt ``attempt_number`` given a planned sleep
+        (the fluid simulator asks with the mean sleep of the jitter window)."""
+        state = self._state(attempt_number, elapsed_s)
+        state.upcoming_sleep = sleep_s
+        return bool(self.stop(state))
+
+    def window_s(self, attempt_number: int) -> float:
+        """The widest sleep after failed attempt ``attempt_number`` (the jitter window)."""
+        return self._window_s(attempt_number)
+
+    def _state(self, attempt_number: int, elapsed_s: float) -> RetryCallState:
+        state = RetryCallState(retry_object=self._owner, fn=None, args=(), kwargs={})
+        state.attempt_number = attempt_number
+        state.start_time = 0.0
+        state.outcome_timestamp = elapsed_s
+        return state
+
+    def retry_after_s(self, attempt_number: int) -> float:
+        """A Retry-After hint after ``attempt_number`` failed attempts: the jitter window the
+        next retry would have used, rounded up to whole seconds, at least 1."""
+        return float(max(1, math.ceil(self._window_s(attempt_number))))
+
+    def retrying(self, sleep: Callable[[float], None] = time.sleep) -> Retrying:
+        """A tenacity ``Retrying`` that retries :class:`RegionsFull` on this schedule."""
+        return Retrying(
+            wait=self.wait,
+            stop=self.stop,
+            retry=retry_if_exception_type(RegionsFull),
+            sleep=sleep,
+            reraise=True,
+        )
+
+
+def admit(
+    source: str,
+    choose: Callable[[], str | None],
+    schedule: RetrySchedule,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str:
+    """Call ``choose`` until it names a region, waiting between attempts as ``schedule`` says.
+
+    ``choose`` is typically ``lambda: choose_region(table, source, view(), live(), rng, s)``
+    with a fresh view per attempt. Returns the region; raises :class:`AtCapacity` when the
+    schedule gives up.
+    """
+    attempts = 0
+
+    def attempt() -> str:
+        nonlocal attempts
+        attempts += 1
+        region = choose()
+        if region is None:
+            raise RegionsFull(source)
+        return region
+
+    try:
+        return schedule.retrying(sleep)(attempt)
+    except RegionsFull:
+        raise AtCapacity(source, attempts, schedule.retry_after_s(attempts)) from None

@@ -1,0 +1,68 @@
+"""The HTTP gateway (``animfleet web``): FastAPI app factory and server entry point."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio.to_thread
+import uvicorn
+from fastapi import FastAPI, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.middleware.base import RequestResponseEndpoint
+
+from animfleet import logs
+from animfleet.topology import Topology
+from dispatcher import metrics
+from dispatcher.client import Client
+from dispatcher.gateway import errors
+from dispatcher.gateway.routes import router
+from dispatcher.gateway.runtime import Runtime
+from dispatcher.gateway.settings import GatewaySettings
+
+
+def create_app(client: Client, settings: GatewaySettings) -> FastAPI:
+    """The gateway serving jobs whose home is ``settings.region``; OpenAPI at ``/openapi.json``."""
+    client.topology.region(settings.region)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # Handlers run in threads, and a ``Prefer: wait`` request holds one for up to 60 s.
+        anyio.to_thread.current_default_thread_limiter().total_tokens = settings.threads
+        yield
+
+    app = FastAPI(
+        title="animfleet",
+        version="1",
+        summary="Animate a still image: enqueue, follow, cancel, get notified.",
+        lifespan=lifespan,
+    )
+    app.state.runtime = Runtime(client=client, settings=settings)
+    errors.install(app)
+    app.include_router(router)
+
+    @app.get("/healthz", include_in_schema=False)
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/metrics", include_in_schema=False)
+    def prometheus_metrics() -> Response:
+        """This gateway's submits, spillover, backoffs, rejections and responses."""
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.middleware("http")
+    async def count_responses(request: Request, call_next: RequestResponseEndpoint) -> Response:
+        response = await call_next(request)
+        route = request.scope.get("route")
+        template = getattr(route, "path", "unmatched")  # a template: bounded label values
+        metrics.HTTP_RESPONSES.labels(request.method, template, response.status_code).inc()
+        return response
+
+    return app
+
+
+def run_gateway(topology: Topology, region: str, host: str, port: int) -> None:
+    """Serve the gateway in the foreground."""
+    logs.configure()
+    app = create_app(Client(topology), GatewaySettings.from_env(region))
+    uvicorn.run(app, host=host, port=port, log_config=None, access_log=False)

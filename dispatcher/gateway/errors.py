@@ -1,0 +1,131 @@
+"""Every error the gateway returns: ``{"error": {"code", "message", "field"?}}`` + status code."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import redis
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from kombu.exceptions import OperationalError
+from starlette.exceptions import HTTPException
+
+from animfleet.jobstore import IdempotencyConflict, JobNotFound
+from dispatcher.client import EnqueueFailed
+from dispatcher.inputs import InvalidInput
+
+log = structlog.stdlib.get_logger("animfleet.gateway")
+
+BROKER_RETRY_AFTER_S = 5
+
+
+class ApiError(Exception):
+    """An error with its HTTP status; raised by routes, rendered by :func:`install`."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        field: str | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+        self.field, self.retry_after_s = field, retry_after_s
+
+
+def error_response(error: ApiError) -> JSONResponse:
+    body: dict[str, Any] = {"code": error.code, "message": error.message}
+    if error.field is not None:
+        body["field"] = error.field
+    headers = {}
+    if error.retry_after_s is not None:
+        headers["Retry-After"] = str(max(1, math.ceil(error.retry_after_s)))
+    return JSONResponse({"error": body}, status_code=error.status, headers=headers)
+
+
+def as_api_error(error: Exception) -> ApiError:
+    """Map a domain exception to its HTTP form."""
+    if isinstance(error, ApiError):
+        return error
+    if isinstance(error, InvalidInput):
+        return ApiError(422, "invalid_input", f"{error.field}: {error.message}", error.field)
+    if isinstance(error, IdempotencyConflict):
+        return ApiError(409, "idempotency_conflict", str(error), "Idempotency-Key")
+    if isinstance(error, FileExistsError):
+        return ApiError(409, "conflict", str(error), "id")
+    if isinstance(error, JobNotFound):
+        return ApiError(404, "not_found", f"no job with id {error.args[0]!r}")
+    if isinstance(error, EnqueueFailed):
+        return ApiError(503, "enqueue_failed", str(error), retry_after_s=BROKER_RETRY_AFTER_S)
+    retry_after = getattr(error, "retry_after_s", None)
+    if isinstance(retry_after, int | float):  # dispatcher.admission.AtCapacity
+        return ApiError(429, "at_capacity", str(error), retry_after_s=retry_after)
+    if isinstance(error, redis.ConnectionError | redis.TimeoutError | OperationalError):
+        return ApiError(
+            503,
+            "broker_unavailable",
+            "the region's broker is unreachable; retry shortly",
+            retry_after_s=BROKER_RETRY_AFTER_S,
+        )
+    log.error("gateway.internal_error", error=f"{type(error).__name__}: {error}", exc_info=error)
+    return ApiError(500, "internal_error", "internal error; it was logged")
+
+
+def _validation_error(_: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, RequestValidationError)
+    first = error.errors()[0] if error.errors() else {"loc": (), "msg": "invalid request"}
+    location = [str(part) for part in first.get("loc", ()) if part not in ("body",)]
+    field = ".".join(
+        location[1:] if location[:1] in (["header"], ["path"], ["query"]) else location
+    )
+    shown = repr(first.get("input"))
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+    message = f"{field or 'body'}: {first.get('msg', 'invalid')} (got {shown})"
+    return error_response(ApiError(422, "invalid_input", message, field or "body"))
+
+
+def _http_error(_: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, HTTPException)
+    codes = {404: "not_found", 405: "method_not_allowed", 400: "bad_request"}
+    code = codes.get(error.status_code, "http_error")
+    response = error_response(ApiError(error.status_code, code, str(error.detail)))
+    for name, value in (error.headers or {}).items():
+        response.headers[name] = value
+    return response
+
+
+def _any_error(_: Request, error: Exception) -> JSONResponse:
+    return error_response(as_api_error(error))
+
+
+# Expected failures: rendered by the exception middleware (an ``Exception`` handler would also
+# be reached, but through the server-error path that logs a traceback for each one).
+EXPECTED: tuple[type[Exception], ...] = (
+    ApiError,
+    InvalidInput,
+    IdempotencyConflict,
+    FileExistsError,
+    JobNotFound,
+    EnqueueFailed,
+    redis.RedisError,
+    OperationalError,  # kombu: the broker connection for publishing
+)
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(HTTPException, _http_error)
+    for kind in EXPECTED:
+        app.add_exception_handler(kind, _any_error)
+    try:
+        from dispatcher.admission import AtCapacity
+    except ImportError:  # admission not part of this deployment
+        pass
+    else:
+        app.add_exception_handler(AtCapacity, _any_error)
+    app.add_exception_handler(Exception, _any_error)

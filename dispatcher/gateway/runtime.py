@@ -1,0 +1,24 @@
+"""What the gateway's handlers share: the dispatcher client, settings, storage per region."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from dispatcher.client import Client
+from dispatcher.gateway.settings import GatewaySettings
+from storage import ObjectStore, open_store
+
+
+@dataclass
+class Runtime:
+    client: Client
+    settings: GatewaySettings
+    _objects: dict[str, ObjectStore] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def objects(self, region: str) -> ObjectStore:
+        with self._lock:
+            if region not in self._objects:
+                self._objects[region] = open_store(self.client.topology.region(region).storage)
+            return self._objects[region]

@@ -1,0 +1,124 @@
+"""Validation at the edge: nothing malformed, oversized or hostile reaches a queue."""
+
+from __future__ import annotations
+
+import io
+import warnings
+from typing import Annotated, Any, Literal
+
+from PIL import Image, UnidentifiedImageError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+ALLOWED_FORMATS = {"PNG", "JPEG", "WEBP"}
+MAX_IMAGE_BYTES = 10 * 2**20
+MAX_IMAGE_PIXELS = 4096 * 4096
+MAX_IMAGE_SIDE = 8192
+MAX_PROMPT_CHARS = 500
+MAX_DEADLINE_S = 7 * 24 * 3600
+
+Side = Annotated[int, Field(ge=32, le=512, multiple_of=8)]
+
+
+class InvalidInput(ValueError):
+    """A request field failed validation; ``field`` names it, the message names the value."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+def check_image(data: bytes) -> tuple[str, int, int]:
+    """Return (format, width, height) of a safe-to-decode image, or raise :class:`InvalidInput`.
+
+    The header is read first, so a decompression bomb is refused before any pixel is decoded;
+    then the whole image is decoded, so a truncated file is refused here rather than on a GPU.
+    """
+    if not isinstance(data, bytes | bytearray):
+        raise InvalidInput("image", f"must be bytes, got {type(data).__name__}")
+    if len(data) == 0:
+        raise InvalidInput("image", "is empty")
+    if len(data) > MAX_IMAGE_BYTES:
+        raise InvalidInput("image", f"is {len(data)} bytes; the limit is {MAX_IMAGE_BYTES}")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data)) as image:
+                fmt, (width, height) = image.format or "?", image.size
+                if fmt not in ALLOWED_FORMATS:
+                    raise InvalidInput("image", f"format {fmt} is not one of PNG, JPEG, WebP")
+                if (
+                    width > MAX_IMAGE_SIDE
+                    or height > MAX_IMAGE_SIDE
+                    or width * height > MAX_IMAGE_PIXELS
+                ):
+                    raise InvalidInput(
+                        "image",
+                        f"is {width}x{height} pixels; the limit is {MAX_IMAGE_PIXELS} pixels "
+                        f"and {MAX_IMAGE_SIDE} per side",
+                    )
+                image.load()
+    except InvalidInput:
+        raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
+        raise InvalidInput(
+            "image", f"is larger than the limit of {MAX_IMAGE_PIXELS} pixels ({error})"
+        ) from None
+    except UnidentifiedImageError:
+        raise InvalidInput(
+            "image", f"is not a PNG, JPEG or WebP image ({len(data)} bytes)"
+        ) from None
+    except (OSError, SyntaxError, ValueError) as error:
+        raise InvalidInput("image", f"could not be decoded: {error}") from None
+    return fmt, width, height
+
+
+class AnimationRequest(BaseModel):
+    """What a caller may ask for; defaults suit the shipped model."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
+    frames: int = Field(default=8, ge=2, le=32)
+    fps: int = Field(default=8, ge=1, le=60)
+    width: Side = 64
+    height: Side = 64
+    seed: int | None = Field(default=None, ge=0, le=2**32 - 1)
+    steps: int | None = Field(default=None, ge=1, le=100)
+    variant: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")
+    webhook_url: str | None = Field(default=None, max_length=2048)
+    webhook_events_filter: list[Literal["start", "progress", "completed"]] | None = Field(
+        default=None, min_length=1, max_length=3
+    )
+    # Seconds from submission: not started by then -> expired; not finished -> canceled.
+    start_deadline: float | None = Field(default=None, gt=0, le=MAX_DEADLINE_S)
+    deadline: float | None = Field(default=None, gt=0, le=MAX_DEADLINE_S)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("prompt")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be blank")
+        if any(ord(ch) < 32 and ch not in "\t\n" for ch in value):
+            raise ValueError("must not contain control characters")
+        return value
+
+    @field_validator("metadata")
+    @classmethod
+    def _small_metadata(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if len(repr(value)) > 4096:
+            raise ValueError("must be at most 4 KiB when serialised")
+        return value
+
+
+def parse_request(**fields: Any) -> AnimationRequest:
+    """Build an :class:`AnimationRequest`, turning pydantic's errors into :class:`InvalidInput`."""
+    try:
+        return AnimationRequest(**fields)
+    except ValidationError as error:
+        first = error.errors()[0]
+        field = ".".join(str(part) for part in first["loc"]) or "request"
+        value = first.get("input")
+        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+        raise InvalidInput(field, f"{first['msg']} (got {shown})") from None

@@ -1,0 +1,172 @@
+"""Where a new job runs: the routing table's draw, each region's admission limit, and backoff.
+
+The router writes the table (and the loads behind it) to every region's Redis; a dispatcher
+keeps a copy refreshed by a background thread, so a submit costs no extra round trip. The copy
+is only a guide: the atomic admission script in the chosen region has the last word, and a
+region that refuses is treated as full for the rest of that attempt. When every region the
+table allows is full, :func:`dispatcher.admission.admit` retries with jittered exponential
+backoff and finally raises :class:`dispatcher.admission.AtCapacity`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+
+import redis
+import structlog
+
+from animfleet.constants import ROUTING_KEY
+from dispatcher.admission import (
+    AdmissionSettings,
+    RetrySchedule,
+    admission_limit,
+    admit,
+    choose_region,
+    execution_delay_s,
+    source_utilization,
+)
+from dispatcher.routing import RoutingTable
+
+log = structlog.stdlib.get_logger("animfleet.dispatcher")
+
+UNKNOWN_CAPACITY = 1 << 30  # a region the router has not reported: let its own script decide
+
+
+def admission_settings_from_env(env: Mapping[str, str] | None = None) -> AdmissionSettings:
+    """``ANIMFLEET_ADMISSION_<FIELD>`` overrides, e.g. ``ANIMFLEET_ADMISSION_RETRY_BUDGET_S``."""
+    env = os.environ if env is None else env
+    values: dict[str, float | int] = {}
+    for spec in fields(AdmissionSettings):
+        raw = env.get(f"ANIMFLEET_ADMISSION_{spec.name.upper()}")
+        if raw is not None:
+            values[spec.name] = int(raw) if spec.type in ("int", int) else float(raw)
+    return AdmissionSettings(**values)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class RoutingSnapshot:
+    """The table in force and the loads it was computed from."""
+
+    table: RoutingTable
+    live: dict[str, int] = field(default_factory=dict)
+    held: dict[str, int] = field(default_factory=dict)
+
+
+class RoutingCache:
+    """The router's latest document, read from one region's Redis in the background.
+
+    A table older than ``stale_after_s`` (the router died or is cut off) is replaced by
+    home-only routing: every job stays home, which needs no fresh knowledge of other regions.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        regions: list[str],
+        refresh_s: float = 1.0,
+        stale_after_s: float = 20.0,
+    ) -> None:
+        self.client, self.regions = client, regions
+        self.refresh_s, self.stale_after_s = refresh_s, stale_after_s
+        self._document: RoutingSnapshot | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.refresh()
+        self._thread = threading.Thread(target=self._loop, name="routing-cache", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def refresh(self) -> None:
+        try:
+            raw = self.client.get(ROUTING_KEY)
+        except redis.RedisError as error:
+            log.warning("routing_cache.refresh_failed", error=str(error))
+            return  # keep the last document; staleness decides when to stop trusting it
+        if raw is None:
+            return
+        document = json.loads(raw)
+        loads = document.get("loads", {})
+        self._document = RoutingSnapshot(
+            table=RoutingTable.from_json(json.dumps(document["table"])),
+            live={name: int(v[0]) for name, v in loads.items()},
+            held={name: int(v[1]) + int(v[2]) for name, v in loads.items()},
+        )
+
+    def snapshot(self, now: float | None = None) -> RoutingSnapshot:
+        now = time.time() if now is None else now
+        document = self._document
+        if document is None or now - document.table.computed_at > self.stale_after_s:
+            return RoutingSnapshot(RoutingTable.home_only(self.regions, computed_at=now))
+        return document
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.refresh_s):
+            self.refresh()
+
+
+# Tries to take the job into a region atomically; True when the region admitted it.
+TryAdmit = Callable[[str], bool]
+
+
+class Placement:
+    """Picks and admits the region for each new job."""
+
+    def __init__(
+        self,
+        regions: list[str],
+        cache: RoutingCache | None,
+        settings: AdmissionSettings | None = None,
+        rng: random.Random | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.regions, self.cache = regions, cache
+        self.settings = settings or AdmissionSettings()
+        self.schedule = RetrySchedule.backoff(self.settings)
+        self.rng = rng or random.Random()
+        self.sleep = sleep
+
+    def _snapshot(self) -> RoutingSnapshot:
+        if self.cache is None:
+            return RoutingSnapshot(RoutingTable.home_only(self.regions, computed_at=time.time()))
+        return self.cache.snapshot()
+
+    def place(
+        self, home: str, try_admit: TryAdmit, on_full: Callable[[], None] | None = None
+    ) -> str:
+        """The region that admitted the job; raises :class:`AtCapacity` when none would.
+
+        ``on_full`` is called each time every allowed region turned the job away (before the
+        backoff sleep).
+        """
+        first = self._snapshot()
+        live = {r: first.live.get(r, UNKNOWN_CAPACITY) for r in self.regions}
+        utilization = source_utilization(first.table, home, first.held, live)
+        delay = execution_delay_s(utilization, self.rng, self.settings)
+        if delay:
+            self.sleep(delay)  # spread a burst out so it does not start in lockstep
+
+        def choose() -> str | None:
+            snap = self._snapshot()
+            live = {r: snap.live.get(r, UNKNOWN_CAPACITY) for r in self.regions}
+            held = dict(snap.held)
+            while True:
+                region = choose_region(snap.table, home, held, live, self.rng, self.settings)
+                if region is None:
+                    if on_full is not None:
+                        on_full()
+                    return None
+                if try_admit(region):
+                    return region
+                held[region] = admission_limit(live[region], self.settings)  # full after all
+
+        return admit(home, choose, self.schedule, self.sleep)
