@@ -1,0 +1,74 @@
+"""Worker settings, from ``ANIMFLEET_WORKER_*`` environment variables with production defaults."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+DEFAULT_MODEL_DIR = Path("run/models/random")
+
+
+class WorkerSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model_dir: Path = DEFAULT_MODEL_DIR
+    # A job past the soft limit fails with code "timeout"; past the hard limit its process dies.
+    soft_time_limit_s: int = Field(default=540, ge=1)
+    hard_time_limit_s: int = Field(default=600, ge=2)
+    # Redis re-delivers an unacked message after this long: must exceed the hard limit, or a
+    # slow job would run twice. It is also how long a job waits after its whole worker host died.
+    visibility_timeout_s: int = Field(default=900, ge=3)
+    # A job whose worker died this many times is failed instead of delivered again.
+    max_deliveries: int = Field(default=3, ge=1, le=20)
+    upload_retry_s: float = Field(default=60.0, ge=0)
+    # The pool child running a job is SIGKILLed once its RSS passes this (workers/memguard.py):
+    # a job too large for the host dies like a GPU OOM instead of taking the host down.
+    max_rss_mb: int | None = Field(default=None, ge=64)
+    # The worker's main process serves Prometheus /metrics here (all its pool children summed).
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    # How long a new worker process may take to load, compile and warm up its model.
+    model_load_timeout_s: float = Field(default=600.0, gt=0)
+    # How the model runs (see README "Model and optimizations"). fp32 is the fallback precision.
+    precision: Literal["bf16", "fp32"] = "bf16"
+    scheduler: Literal["dpmsolver++", "ddim", "euler"] = "dpmsolver++"
+    steps: int = Field(default=15, ge=1, le=200)
+    context_dedup: bool = True
+    # torch.compile the U-Net at worker start and warm up each shape bucket ("FxHxW", comma
+    # separated) before taking jobs. Off by default: on CPU a bucket takes minutes to compile.
+    compile: bool = False
+    compile_decoder: bool = False
+    shape_buckets: str = "8x64x64"
+
+    @model_validator(mode="after")
+    def _limits_are_ordered(self) -> WorkerSettings:
+        if not self.soft_time_limit_s < self.hard_time_limit_s < self.visibility_timeout_s:
+            raise ValueError(
+                "need soft_time_limit_s < hard_time_limit_s < visibility_timeout_s, got "
+                f"{self.soft_time_limit_s}, {self.hard_time_limit_s}, {self.visibility_timeout_s}"
+            )
+        return self
+
+    @field_validator("shape_buckets")
+    @classmethod
+    def _buckets_parse(cls, value: str) -> str:
+        for bucket in filter(None, value.split(",")):
+            parts = bucket.strip().lower().split("x")
+            if len(parts) != 3 or not all(part.isdigit() and int(part) > 0 for part in parts):
+                raise ValueError(f"shape bucket must look like 8x64x64, got {bucket!r}")
+        return value
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> WorkerSettings:
+        env = os.environ if env is None else env
+        values = {
+            name: env[f"ANIMFLEET_WORKER_{name.upper()}"]
+            for name in cls.model_fields
+            if f"ANIMFLEET_WORKER_{name.upper()}" in env
+        }
+        if "ANIMFLEET_MODEL_DIR" in env:
+            values.setdefault("model_dir", env["ANIMFLEET_MODEL_DIR"])
+        return cls.model_validate(values)

@@ -1,0 +1,6 @@
+"""Webhook delivery: Standard Webhooks signatures, a durable retry schedule, its own queue."""
+
+from workers.webhooks.settings import WebhookSettings
+from workers.webhooks.signing import sign
+
+__all__ = ["WebhookSettings", "sign"]
