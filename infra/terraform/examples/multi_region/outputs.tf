@@ -1,0 +1,21 @@
+output "fleet_toml" {
+  description = "The dispatcher's topology file, also written to ./fleet.toml and to SSM in every region."
+  value       = local.fleet_toml
+}
+
+output "fleets" {
+  description = "Per region: broker, bucket, groups and the scaling target."
+  value = {
+    for name, fleet in module.fleet : name => {
+      aws_region                   = fleet.aws_region
+      broker_host                  = fleet.broker_host
+      broker_env_name              = fleet.broker_env_name
+      broker_auth_token_secret_arn = fleet.broker_auth_token_secret_arn
+      bucket_name                  = fleet.bucket_name
+      worker_group                 = fleet.worker_autoscaling_group_name
+      services_group               = fleet.services_autoscaling_group_name
+      router_group                 = fleet.router_autoscaling_group_name
+      backlog_per_worker_target    = fleet.backlog_per_worker_target
+    }
+  }
+}

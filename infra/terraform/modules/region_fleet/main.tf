@@ -1,0 +1,53 @@
+data "aws_partition" "current" {}
+data "aws_caller_identity" "current" {}
+
+locals {
+  name       = "${var.name}-${var.fleet_region}"
+  partition  = data.aws_partition.current.partition
+  account_id = data.aws_caller_identity.current.account_id
+
+  tags = merge(var.tags, {
+    "animfleet:deployment" = var.name
+    "animfleet:region"     = var.fleet_region
+  })
+
+  # The variable name the processes read to override this region's broker URL (see animfleet.topology).
+  broker_env_name = "ANIMFLEET_REGION_${upper(replace(var.fleet_region, "-", "_"))}_BROKER_URL"
+
+  config_parameter_prefix = coalesce(var.config_parameter_prefix, "/${var.name}")
+  fleet_parameter_name    = "${local.config_parameter_prefix}/fleet.toml"
+  brokers_parameter_name  = "${local.config_parameter_prefix}/brokers.json"
+  config_parameter_arns = [
+    for parameter in [local.fleet_parameter_name, local.brokers_parameter_name] :
+    "arn:${local.partition}:ssm:${var.aws_region}:${local.account_id}:parameter${parameter}"
+  ]
+
+  # Every region's broker token is named alike, so the gateway and router of any region can read
+  # them all without knowing the other regions' resources (which would be a dependency cycle).
+  broker_secret_name        = "${var.name}/${var.fleet_region}/broker-auth-token"
+  all_broker_secrets_arn    = "arn:${local.partition}:secretsmanager:*:${local.account_id}:secret:${var.name}/*/broker-auth-token-??????"
+  broker_port               = 6379
+  backlog_per_worker_target = var.acceptable_wait_seconds / var.job_duration_seconds
+}
+
+################################################################################
+# Encryption key for the broker, its auth token and the output bucket
+################################################################################
+
+resource "aws_kms_key" "this" {
+  #checkov:skip=CKV2_AWS_64:The default key policy delegates to IAM in this account; each instance role gets only kms:Decrypt/GenerateDataKey on this key, through a kms:ViaService condition.
+  region = var.aws_region
+
+  description             = "animfleet ${local.name}: broker at rest, broker auth token, outputs"
+  enable_key_rotation     = true
+  deletion_window_in_days = var.kms_key_deletion_window_days
+
+  tags = local.tags
+}
+
+resource "aws_kms_alias" "this" {
+  region = var.aws_region
+
+  name          = "alias/${local.name}"
+  target_key_id = aws_kms_key.this.key_id
+}

@@ -1,0 +1,232 @@
+################################################################################
+# Scaling on backlog per worker, and the alarms an operator is woken by
+#
+# The router publishes, per region (dimension Region = fleet_region), in `metrics_namespace`:
+# QueueDepth, BacklogPerWorker (= QueueDepth / max(LiveWorkers, 1)), LiveWorkers, BusyWorkers,
+# OldestJobAgeSeconds, JobsSucceeded and JobsFailed (see dispatcher/routing/cloudwatch.py).
+################################################################################
+
+locals {
+  region_dimension = { Region = var.fleet_region }
+}
+
+# Each worker clears one job per job_duration_seconds, so a backlog of
+# acceptable_wait_seconds / job_duration_seconds jobs per worker is the most that still starts
+# within the acceptable wait. Target tracking adds or removes instances to hold it there (backlog
+# per worker and per instance differ by the constant GPUs per instance, which the ratio absorbs).
+resource "aws_autoscaling_policy" "worker_backlog" {
+  region = var.aws_region
+
+  name                   = "${local.name}-backlog-per-worker"
+  autoscaling_group_name = aws_autoscaling_group.worker.name
+  policy_type            = "TargetTrackingScaling"
+
+  target_tracking_configuration {
+    target_value = local.backlog_per_worker_target
+
+    customized_metric_specification {
+      namespace   = var.metrics_namespace
+      metric_name = "BacklogPerWorker"
+      statistic   = "Average"
+
+      metric_dimension {
+        name  = "Region"
+        value = var.fleet_region
+      }
+    }
+  }
+}
+
+# Target tracking multiplies the current capacity, so it cannot leave zero: a queued job in an
+# empty group starts one instance, after which the backlog policy takes over.
+resource "aws_autoscaling_policy" "worker_wake" {
+  region = var.aws_region
+
+  name                    = "${local.name}-wake-from-zero"
+  autoscaling_group_name  = aws_autoscaling_group.worker.name
+  policy_type             = "StepScaling"
+  adjustment_type         = "ChangeInCapacity"
+  metric_aggregation_type = "Maximum"
+
+  step_adjustment {
+    scaling_adjustment          = 1
+    metric_interval_lower_bound = 0
+  }
+}
+
+resource "aws_cloudwatch_metric_alarm" "worker_wake" {
+  region = var.aws_region
+
+  alarm_name          = "${local.name}-jobs-queued-with-no-instances"
+  alarm_description   = "Jobs are queued in ${var.fleet_region} and its GPU group is at zero: start an instance."
+  comparison_operator = "GreaterThanOrEqualToThreshold"
+  threshold           = 1
+  evaluation_periods  = 1
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = [aws_autoscaling_policy.worker_wake.arn]
+
+  metric_query {
+    id          = "wake"
+    expression  = "IF(queued > 0 AND desired < 1, 1, 0)"
+    label       = "Queued jobs with no GPU instance"
+    return_data = true
+  }
+
+  metric_query {
+    id = "queued"
+
+    metric {
+      namespace   = var.metrics_namespace
+      metric_name = "QueueDepth"
+      dimensions  = local.region_dimension
+      stat        = "Maximum"
+      period      = 60
+    }
+  }
+
+  metric_query {
+    id = "desired"
+
+    metric {
+      namespace   = "AWS/AutoScaling"
+      metric_name = "GroupDesiredCapacity"
+      dimensions  = { AutoScalingGroupName = aws_autoscaling_group.worker.name }
+      stat        = "Maximum"
+      period      = 60
+    }
+  }
+
+  tags = local.tags
+}
+
+resource "aws_autoscaling_policy" "cpu" {
+  for_each = { for group, spec in local.cpu_groups : group => spec if spec.max_size > spec.min_size }
+
+  region = var.aws_region
+
+  name                   = "${local.name}-${each.key}-cpu"
+  autoscaling_group_name = aws_autoscaling_group.cpu[each.key].name
+  policy_type            = "TargetTrackingScaling"
+
+  target_tracking_configuration {
+    target_value = 60
+
+    predefined_metric_specification {
+      predefined_metric_type = "ASGAverageCPUUtilization"
+    }
+  }
+}
+
+resource "aws_cloudwatch_metric_alarm" "queue_age" {
+  region = var.aws_region
+
+  alarm_name          = "${local.name}-queue-age"
+  alarm_description   = "The oldest queued job in ${var.fleet_region} has waited over ${var.queue_age_alarm_seconds} s for 3 minutes: the group is at its maximum, instances fail to start, or workers do not consume."
+  namespace           = var.metrics_namespace
+  metric_name         = "OldestJobAgeSeconds"
+  dimensions          = local.region_dimension
+  statistic           = "Maximum"
+  period              = 60
+  evaluation_periods  = 3
+  comparison_operator = "GreaterThanThreshold"
+  threshold           = var.queue_age_alarm_seconds
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = var.alarm_actions
+  ok_actions          = var.alarm_actions
+
+  tags = local.tags
+}
+
+resource "aws_cloudwatch_metric_alarm" "failure_rate" {
+  region = var.aws_region
+
+  alarm_name          = "${local.name}-failure-rate"
+  alarm_description   = "Over ${var.failure_rate_alarm_percent}% of the jobs that finished in ${var.fleet_region} in the last 10 minutes failed."
+  comparison_operator = "GreaterThanThreshold"
+  threshold           = var.failure_rate_alarm_percent
+  evaluation_periods  = 1
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = var.alarm_actions
+  ok_actions          = var.alarm_actions
+
+  metric_query {
+    id          = "rate"
+    expression  = "IF(failed + succeeded >= ${var.failure_rate_min_jobs}, 100 * failed / (failed + succeeded), 0)"
+    label       = "Failed jobs (%)"
+    return_data = true
+  }
+
+  metric_query {
+    id = "failed"
+
+    metric {
+      namespace   = var.metrics_namespace
+      metric_name = "JobsFailed"
+      dimensions  = local.region_dimension
+      stat        = "Sum"
+      period      = 600
+    }
+  }
+
+  metric_query {
+    id = "succeeded"
+
+    metric {
+      namespace   = var.metrics_namespace
+      metric_name = "JobsSucceeded"
+      dimensions  = local.region_dimension
+      stat        = "Sum"
+      period      = 600
+    }
+  }
+
+  tags = local.tags
+}
+
+resource "aws_cloudwatch_metric_alarm" "no_live_workers" {
+  region = var.aws_region
+
+  alarm_name          = "${local.name}-no-live-workers"
+  alarm_description   = "The ${var.fleet_region} GPU group wants instances but no worker has reported live for ${var.no_live_workers_alarm_minutes} minutes (or the router stopped publishing): jobs there cannot run."
+  comparison_operator = "GreaterThanOrEqualToThreshold"
+  threshold           = 1
+  evaluation_periods  = var.no_live_workers_alarm_minutes
+  datapoints_to_alarm = var.no_live_workers_alarm_minutes
+  # No data means the router is not publishing: nobody can tell whether workers live.
+  treat_missing_data = "breaching"
+  alarm_actions      = var.alarm_actions
+  ok_actions         = var.alarm_actions
+
+  metric_query {
+    id          = "dead"
+    expression  = "IF(desired >= 1 AND live < 1, 1, 0)"
+    label       = "GPU instances wanted, no live worker"
+    return_data = true
+  }
+
+  metric_query {
+    id = "live"
+
+    metric {
+      namespace   = var.metrics_namespace
+      metric_name = "LiveWorkers"
+      dimensions  = local.region_dimension
+      stat        = "Maximum"
+      period      = 60
+    }
+  }
+
+  metric_query {
+    id = "desired"
+
+    metric {
+      namespace   = "AWS/AutoScaling"
+      metric_name = "GroupDesiredCapacity"
+      dimensions  = { AutoScalingGroupName = aws_autoscaling_group.worker.name }
+      stat        = "Maximum"
+      period      = 60
+    }
+  }
+
+  tags = local.tags
+}
