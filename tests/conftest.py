@@ -1,0 +1,83 @@
+"""Shared fixtures: real servers from Python packages (private redis-server, SeaweedFS S3)."""
+
+from __future__ import annotations
+
+import io
+import struct
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import redis
+from PIL import Image
+
+from animfleet.localfleet import LocalFleet
+
+
+@pytest.fixture(scope="session")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFleet]:
+    """A private Redis and a SeaweedFS S3 server, no workers."""
+    fleet = LocalFleet(tmp_path_factory.mktemp("servers"), storage="s3", workers_per_region=0)
+    with fleet:
+        yield fleet
+
+
+@pytest.fixture
+def redis_client(servers: LocalFleet) -> Iterator[redis.Redis]:
+    """An empty Redis database for one test."""
+    client = redis.Redis(port=servers.redis_port, db=15)
+    client.flushdb()
+    yield client
+    client.flushdb()
+
+
+@pytest.fixture(scope="session")
+def shipped_model() -> Path:
+    """The model the project trains and ships (models/animfleet-small): what fleets run."""
+    from animfleet.models import shipped_model as find
+
+    path = find()
+    assert path is not None, "models/animfleet-small is missing"
+    return path
+
+
+@pytest.fixture(scope="session")
+def random_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from workers.pipeline.build import init_model
+
+    return init_model(tmp_path_factory.mktemp("models") / "random")
+
+
+def _png(width: int = 64, height: int = 64, seed: int = 0, fmt: str = "PNG") -> bytes:
+    pixels = np.random.default_rng(seed).integers(0, 255, (height, width, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format=fmt)
+    return buffer.getvalue()
+
+
+@pytest.fixture
+def make_image() -> Callable[..., bytes]:
+    """Encode a random RGB image: ``make_image(width, height, seed, fmt)``."""
+    return _png
+
+
+@pytest.fixture
+def png_header_claiming() -> Callable[[int, int], bytes]:
+    """A PNG whose header claims ``width x height`` with almost no data: a decompression bomb."""
+
+    def build(width: int, height: int) -> bytes:
+        def chunk(kind: bytes, data: bytes) -> bytes:
+            crc = struct.pack(">I", zlib.crc32(kind + data))
+            return struct.pack(">I", len(data)) + kind + data + crc
+
+        header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+        return (
+            b"\x89PNG\r\n\x1a\n"
+            + chunk(b"IHDR", header)
+            + chunk(b"IDAT", zlib.compress(b"\0"))
+            + chunk(b"IEND", b"")
+        )
+
+    return build

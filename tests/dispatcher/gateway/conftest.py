@@ -1,0 +1,47 @@
+"""A gateway in a uvicorn server thread on a free loopback port: real HTTP, in this process."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+
+import pytest
+import uvicorn
+
+from animfleet.localfleet import free_port
+from dispatcher import Client
+from dispatcher.gateway import GatewaySettings, create_app
+
+
+@contextmanager
+def _serve(client: Client, settings: GatewaySettings) -> Iterator[str]:
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(client, settings),
+            host="127.0.0.1",
+            port=port,
+            log_config=None,
+            access_log=False,
+        )
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "gateway did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def serve() -> Callable[[Client, GatewaySettings], AbstractContextManager[str]]:
+    """``with serve(client, settings) as url:`` runs a gateway for ``client``."""
+    return _serve

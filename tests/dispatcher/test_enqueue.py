@@ -1,0 +1,66 @@
+"""The atomic admission script and the Celery message it pushes, against a real Redis."""
+
+from __future__ import annotations
+
+import json
+
+import redis
+
+from animfleet.jobs import JobParams, JobRecord
+from animfleet.localfleet import LocalFleet
+from animfleet.topology import Region
+from dispatcher.enqueue import ADMITTED, FULL, REPEAT, RegionQueue
+from workers.heartbeat import Heartbeat
+
+PARAMS = JobParams(prompt="sway", frames=4, fps=8, width=32, height=32, seed=1)
+
+
+def queue_for(servers: LocalFleet, client: redis.Redis) -> RegionQueue:
+    region = Region(name="q1", broker_url=f"redis://127.0.0.1:{servers.redis_port}/15")
+    return RegionQueue(region, client, allowance=0.0)
+
+
+def record(job_id: str) -> JobRecord:
+    return JobRecord(id=job_id, region="q1", home_region="q1", params=PARAMS)
+
+
+def test_templated_message_equals_what_kombu_builds(
+    servers: LocalFleet, redis_client: redis.Redis
+) -> None:
+    queue = queue_for(servers, redis_client)
+    ours = json.loads(queue._message("q1.0123abcd"))
+    theirs = json.loads(queue._build_message("q1.0123abcd"))
+    assert ours["properties"].pop("delivery_tag") != theirs["properties"].pop("delivery_tag")
+    assert ours == theirs
+    assert (
+        ours["headers"]["id"] == "q1.0123abcd" and ours["headers"]["argsrepr"] == "['q1.0123abcd']"
+    )
+
+
+def test_admits_up_to_one_job_per_live_gpu_then_refuses_without_writing(
+    servers: LocalFleet, redis_client: redis.Redis
+) -> None:
+    queue = queue_for(servers, redis_client)
+    assert queue.admit(record("q1.a"), b"img").outcome == FULL  # no live worker: no capacity
+    Heartbeat(redis_client, "q1", "gpu0", "v", ttl_s=30).beat()
+    first = queue.admit(record("q1.b"), b"img")
+    assert (first.outcome, first.live_workers, first.held) == (ADMITTED, 1, 1)
+    assert queue.admit(record("q1.c"), b"img").outcome == FULL
+    assert redis_client.llen("animate.q1") == 1
+    assert redis_client.exists("animfleet:job:q1.b") and not redis_client.exists(
+        "animfleet:job:q1.c"
+    )
+
+
+def test_a_bound_idempotency_key_returns_the_earlier_job(
+    servers: LocalFleet, redis_client: redis.Redis
+) -> None:
+    queue = queue_for(servers, redis_client)
+    for index in range(3):
+        Heartbeat(redis_client, "q1", f"gpu{index}", "v", ttl_s=30).beat()
+    slot = [("animfleet:idem:key:k1", 60)]
+    assert queue.admit(record("q1.d"), b"img", slot, '{"job_id": "q1.d"}').outcome == ADMITTED
+    again = queue.admit(record("q1.e"), b"img", slot, '{"job_id": "q1.e"}')
+    assert again.outcome == REPEAT and again.matched == 1
+    assert json.loads(again.earlier or b"{}")["job_id"] == "q1.d"
+    assert redis_client.llen("animate.q1") == 1
