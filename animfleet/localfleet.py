@@ -41,11 +41,17 @@ def _port_free(port: int) -> bool:
     return True
 
 
+_HANDED_OUT: set[int] = set()  # a port is free until its server binds it: never give it twice
+
+
 def free_port(with_grpc_offset: bool = False) -> int:
     """A free loopback port; SeaweedFS also needs port + 10000 for gRPC."""
     for _ in range(200):
         port = random.randint(15000, 25000)
+        if port in _HANDED_OUT or (with_grpc_offset and port + 10000 in _HANDED_OUT):
+            continue
         if _port_free(port) and (not with_grpc_offset or _port_free(port + 10000)):
+            _HANDED_OUT.update({port, port + 10000} if with_grpc_offset else {port})
             return port
     raise RuntimeError("no free port found")
 

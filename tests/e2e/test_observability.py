@@ -19,11 +19,12 @@ from animfleet.localfleet import LocalFleet, free_port
 
 pytestmark = pytest.mark.e2e
 
-PORTS = {name: free_port() for name in ("worker", "router", "webhooks", "flower")}
+PORTS: dict[str, int] = {}  # chosen when the fleet starts, not when the module is collected
 
 
 @pytest.fixture(scope="module")
 def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFleet]:
+    PORTS.update({name: free_port() for name in ("worker", "router", "webhooks", "flower")})
     with LocalFleet(
         tmp_path_factory.mktemp("observed"),
         regions=("ob",),
@@ -100,6 +101,8 @@ def test_every_process_serves_metrics_of_what_happened(
     assert r'animfleet_model_warmup_seconds{region="ob"}' in worker
 
     router_url = f"http://127.0.0.1:{PORTS['router']}/metrics"
+    live = r'animfleet_region_live_workers\{region="ob"\}'
+    wait_for(lambda: value(scrape(router_url), live) == 1, "the router saw the worker")
     router = scrape(router_url)
     assert value(router, r'animfleet_region_live_workers\{region="ob"\}') == 1
     assert value(router, r'animfleet_region_reachable\{region="ob"\}') == 1
