@@ -2,12 +2,15 @@
 
 Guidance combines three U-Net passes per step (InstructPix2Pix-style):
 ``eps = eps_u + s_img * (eps_img - eps_u) + s_txt * (eps_img_txt - eps_img)``
-where "u" has neither image nor text, "img" has the image only, "img_txt" has both.
+where "u" has neither image nor text, "img" has the image only, "img_txt" has both. A
+guidance-distilled student (``unet.config.guidance_embedding``) takes the two scales as input
+and makes one pass per step instead.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,6 +26,18 @@ from diffusers import (
 from transformers import CLIPTextModel, CLIPVisionModelWithProjection, PreTrainedTokenizerBase
 
 StepCallback = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class Conditions:
+    """U-Net inputs besides the noisy latents, pass-major: rows ``[p * B:(p + 1) * B]`` are pass
+    ``p`` (for a teacher: unconditional, image only, image + text)."""
+
+    context: torch.Tensor  # (P*B, L, D) encoder hidden states
+    latents: torch.Tensor  # (P*B, F, C, h, w) image latents, concatenated to the noisy ones
+    time_ids: torch.Tensor  # (P*B, 3)
+    passes: int
+
 
 CLIP_MEAN = torch.tensor([0.48145466, 0.4578275, 0.40821073]).view(1, 3, 1, 1)
 CLIP_STD = torch.tensor([0.26862954, 0.26130258, 0.27577711]).view(1, 3, 1, 1)
@@ -84,6 +99,84 @@ class AnimationPipeline(DiffusionPipeline):
         embeds: torch.Tensor = self.image_encoder(clip_in).image_embeds
         return embeds.unsqueeze(1)  # one image token
 
+    @property
+    def guidance_distilled(self) -> bool:
+        """A student that takes the guidance scales as input and needs one pass per step."""
+        return bool(getattr(self.unet.config, "guidance_embedding", False))
+
+    @property
+    def passes_per_step(self) -> int:
+        return 1 if self.guidance_distilled else 3
+
+    def condition(
+        self, pixels: torch.Tensor, prompts: list[str], num_frames: int, fps: int
+    ) -> Conditions:
+        """The U-Net's conditioning for a batch of images (B, 3, H, W in [-1, 1]) and prompts.
+
+        A teacher gets three passes per sample (unconditional, image only, image + text), a
+        student only the image + text pass.
+        """
+        dtype = self.unet.dtype
+        batch = pixels.shape[0]
+        image_latent = self.vae.encode(pixels.to(self.vae.dtype)).latent_dist.mode()
+        image_token = self._encode_image_embedding(pixels)
+        if self.guidance_distilled:
+            contexts = [torch.cat([image_token, self._encode_text(prompts)], dim=1)]
+            latents = [image_latent]
+        else:
+            text = self._encode_text([*prompts, ""])
+            text_tokens, null_tokens = text[:batch], text[batch:].expand(batch, -1, -1)
+            contexts = [
+                torch.cat([torch.zeros_like(image_token), null_tokens], dim=1),
+                torch.cat([image_token, null_tokens], dim=1),
+                torch.cat([image_token, text_tokens], dim=1),
+            ]
+            latents = [torch.zeros_like(image_latent), image_latent, image_latent]
+        passes = len(contexts)
+        cond_latents = torch.cat(latents).unsqueeze(1).repeat(1, num_frames, 1, 1, 1)
+        return Conditions(
+            context=torch.cat(contexts).to(dtype),
+            latents=cond_latents.to(dtype),
+            time_ids=torch.tensor([[fps - 1, 127.0, 0.0]], dtype=dtype).repeat(passes * batch, 1),
+            passes=passes,
+        )
+
+    def denoise(
+        self,
+        noise: torch.Tensor,
+        conditions: Conditions,
+        guidance: torch.Tensor,
+        num_inference_steps: int,
+        on_step: StepCallback | None = None,
+    ) -> torch.Tensor:
+        """Clean latents (B, F, C, h, w) from ``noise``; ``guidance`` is (B, 2): image, text."""
+        dtype = self.unet.dtype
+        scales = guidance.float().view(-1, 2, 1, 1, 1, 1)
+        extra = {"guidance_scale": guidance.to(dtype)} if self.guidance_distilled else {}
+        self.scheduler.set_timesteps(num_inference_steps)
+        latents = noise.float() * self.scheduler.init_noise_sigma
+        timesteps = self.scheduler.timesteps
+        for index, t in enumerate(timesteps):
+            model_in = self.scheduler.scale_model_input(latents, t).repeat(
+                conditions.passes, 1, 1, 1, 1
+            )
+            model_in = torch.cat([model_in.to(dtype), conditions.latents], dim=2)
+            out = self.unet(
+                model_in,
+                t,
+                encoder_hidden_states=conditions.context,
+                added_time_ids=conditions.time_ids,
+                **extra,
+            ).sample.float()
+            if conditions.passes == 3:
+                eps_u, eps_img, eps_full = out.chunk(3)
+                out = eps_u + scales[:, 0] * (eps_img - eps_u) + scales[:, 1] * (eps_full - eps_img)
+            latents = self.scheduler.step(out, t, latents).prev_sample
+            if on_step is not None:
+                on_step(index + 1, len(timesteps))
+        clean: torch.Tensor = latents
+        return clean
+
     @torch.inference_mode()
     def __call__(
         self,
@@ -99,46 +192,18 @@ class AnimationPipeline(DiffusionPipeline):
     ) -> npt.NDArray[np.uint8]:
         """Return ``num_frames`` RGB frames (T, H, W, 3 uint8) at the input image's size."""
         check_size(image, self.size_multiple)
-        dtype = self.unet.dtype
         pixels = torch.from_numpy(image).permute(2, 0, 1)[None].float() / 127.5 - 1.0
-
-        image_latent = self.vae.encode(pixels.to(self.vae.dtype)).latent_dist.mode()
-        image_token = self._encode_image_embedding(pixels)
-        text = self._encode_text([prompt, ""])
-        text_tokens, null_tokens = text[:1], text[1:]
-        # Contexts for the three passes: unconditional, image only, image + text.
-        context = torch.cat(
-            [
-                torch.cat([torch.zeros_like(image_token), null_tokens], dim=1),
-                torch.cat([image_token, null_tokens], dim=1),
-                torch.cat([image_token, text_tokens], dim=1),
-            ]
-        ).to(dtype)
-        cond_latents = torch.cat([torch.zeros_like(image_latent), image_latent, image_latent])
-        cond_latents = cond_latents.unsqueeze(1).repeat(1, num_frames, 1, 1, 1).to(dtype)
-        added_time_ids = torch.tensor([[fps - 1, 127.0, 0.0]], dtype=dtype).repeat(3, 1)
-
+        conditions = self.condition(pixels, [prompt], num_frames, fps)
         generator = torch.Generator().manual_seed(seed)
-        latent_shape = (1, num_frames, self.unet.config.out_channels, *image_latent.shape[-2:])
-        self.scheduler.set_timesteps(num_inference_steps)
-        latents = torch.randn(latent_shape, generator=generator) * self.scheduler.init_noise_sigma
-        timesteps = self.scheduler.timesteps
-        for index, t in enumerate(timesteps):
-            model_in = self.scheduler.scale_model_input(latents, t).repeat(3, 1, 1, 1, 1)
-            model_in = torch.cat([model_in.to(dtype), cond_latents], dim=2)
-            eps_u, eps_img, eps_full = (
-                self.unet(model_in, t, encoder_hidden_states=context, added_time_ids=added_time_ids)
-                .sample.float()
-                .chunk(3)
-            )
-            eps = (
-                eps_u
-                + image_guidance_scale * (eps_img - eps_u)
-                + text_guidance_scale * (eps_full - eps_img)
-            )
-            latents = self.scheduler.step(eps, t, latents).prev_sample
-            if on_step is not None:
-                on_step(index + 1, len(timesteps))
+        latent_shape = (
+            1,
+            num_frames,
+            self.unet.config.out_channels,
+            *conditions.latents.shape[-2:],
+        )
+        noise = torch.randn(latent_shape, generator=generator)
+        guidance = torch.tensor([[image_guidance_scale, text_guidance_scale]])
+        latents = self.denoise(noise, conditions, guidance, num_inference_steps, on_step)
         return self.decode(latents)
 
     def decode(self, latents: torch.Tensor) -> npt.NDArray[np.uint8]:

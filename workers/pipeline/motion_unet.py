@@ -4,6 +4,10 @@ Called exactly like diffusers' ``UNetSpatioTemporalConditionModel`` so ``Animati
 it unchanged: ``unet(sample[B, F, 2C, H, W], timestep, encoder_hidden_states=[B, L, D],
 added_time_ids=[B, 3]).sample`` where the second half of the channels is the image latent.
 
+With ``guidance_embedding`` it is a guidance-distilled student: ``forward`` also takes the
+guidance scales (B, 2: image, text), embedded like the timestep, and one pass predicts what the
+teacher's three guided passes would.
+
 It predicts the clean clip (pair it with a scheduler whose ``prediction_type`` is ``"sample"``)
 as the first frame warped by a per-frame flow field plus a residual. Motion prompts describe
 global warps, so a flow head learns them from a handful of numbers per frame, while a plain
@@ -90,6 +94,7 @@ class MotionUNet(ModelMixin, ConfigMixin):
         cross_attention_dim: int = 32,
         embed_dim: int = 128,
         frame_scale: float = 8.0,
+        guidance_embedding: bool = False,
     ) -> None:
         super().__init__()
         if in_channels != 2 * out_channels:
@@ -108,6 +113,15 @@ class MotionUNet(ModelMixin, ConfigMixin):
             nn.SiLU(),
             nn.Linear(embed_dim, embed_dim),
         )
+        self.guidance_mlp: nn.Sequential | None = None
+        if guidance_embedding:
+            # Fourier features of each scale (x1000, as the LCM scripts do), zero-initialised
+            # output: a student made from a teacher starts as the teacher's image+text pass.
+            self.guidance_mlp = nn.Sequential(
+                nn.Linear(2 * embed_dim, embed_dim), nn.SiLU(), nn.Linear(embed_dim, embed_dim)
+            )
+            for weight in self.guidance_mlp[-1].parameters():
+                nn.init.zeros_(weight)
         self.down = nn.ModuleList()
         self.downsample = nn.ModuleList()
         channels = widths[0]
@@ -143,12 +157,24 @@ class MotionUNet(ModelMixin, ConfigMixin):
     def size_multiple(self) -> int:
         return int(self.config.patch_size * 2 ** (len(self.config.block_out_channels) - 1))
 
-    def _conditioning(self, timesteps: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+    def _conditioning(
+        self, timesteps: torch.Tensor, context: torch.Tensor, guidance: torch.Tensor | None
+    ) -> torch.Tensor:
         # Token 0 is the CLIP image token; the image itself arrives as the concatenated latent.
         text = context[:, 1:].to(self.dtype)
         pooled = torch.cat([text.mean(dim=1), text[:, -1]], dim=-1)
         features = timestep_features(timesteps, self.config.embed_dim).to(self.dtype)
-        return F.silu(self.time_mlp(features) + self.text_mlp(pooled))
+        embedding = self.time_mlp(features) + self.text_mlp(pooled)
+        if self.guidance_mlp is not None:
+            if guidance is None:
+                raise ValueError("a guidance-distilled MotionUNet needs guidance_scale (B, 2)")
+            scales = guidance.float().reshape(-1, 2).expand(timesteps.shape[0], 2) * 1000
+            dim = self.config.embed_dim
+            fourier = torch.cat(
+                [timestep_features(scales[:, 0], dim), timestep_features(scales[:, 1], dim)], -1
+            )
+            embedding = embedding + self.guidance_mlp(fourier.to(self.dtype))
+        return F.silu(embedding)
 
     def forward(
         self,
@@ -157,16 +183,20 @@ class MotionUNet(ModelMixin, ConfigMixin):
         encoder_hidden_states: torch.Tensor,
         added_time_ids: torch.Tensor | None = None,
         return_dict: bool = True,
+        guidance_scale: torch.Tensor | None = None,
     ) -> MotionUNetOutput | tuple[torch.Tensor]:
-        """Predicted clean clip (B, F, C, H, W); ``added_time_ids`` is accepted and unused."""
+        """Predicted clean clip (B, F, C, H, W); ``added_time_ids`` is accepted and unused.
+
+        ``guidance_scale`` (B, 2: image, text) is required by a guidance-distilled student and
+        ignored by a teacher.
+        """
         batch, frames, _, height, width = sample.shape
         if height % self.size_multiple or width % self.size_multiple:
             raise ValueError(
-                f"height and width must be multiples of {self.size_multiple}, "
-                f"got {height}x{width}"
+                f"height and width must be multiples of {self.size_multiple}, got {height}x{width}"
             )
         timesteps = torch.as_tensor(timestep, dtype=torch.float32).reshape(-1).expand(batch)
-        embedding = self._conditioning(timesteps, encoder_hidden_states)
+        embedding = self._conditioning(timesteps, encoder_hidden_states, guidance_scale)
         patch = self.config.patch_size
         # The network runs in the weights' dtype (bf16 in workers); the warp and the sum stay
         # fp32, so the copied pixels keep full precision.
