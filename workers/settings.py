@@ -35,7 +35,8 @@ class WorkerSettings(BaseModel):
     # How the model runs (see README "Model and optimizations"). fp32 is the fallback precision.
     precision: Literal["bf16", "fp32"] = "bf16"
     scheduler: Literal["dpmsolver++", "ddim", "euler"] = "dpmsolver++"
-    steps: int = Field(default=15, ge=1, le=200)
+    # None: the model's serving.json step count (8 for the distilled student), else 15.
+    steps: int | None = Field(default=None, ge=1, le=200)
     context_dedup: bool = True
     # torch.compile the U-Net at worker start and warm up each shape bucket ("FxHxW", comma
     # separated) before taking jobs. Off by default: on CPU a bucket takes minutes to compile.

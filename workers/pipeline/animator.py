@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import json
 import logging
 import os
 import time
@@ -20,10 +19,12 @@ from PIL import Image, ImageOps
 from transformers.utils import logging as transformers_logging
 
 from animfleet.jobs import JobParams
+from animfleet.models import resolve_model
 from workers.pipeline.animation import AnimationPipeline, StepCallback, describe
 from workers.pipeline.attention import install_context_dedup
 from workers.pipeline.compiled import CompiledModules, compile_modules
 from workers.pipeline.schedulers import make_scheduler
+from workers.pipeline.serving import load_serving
 from workers.pipeline.svd import SVD_CLASS, SVDAnimation, pipeline_class_name
 from workers.settings import WorkerSettings
 
@@ -49,8 +50,9 @@ class Variant:
 
     ``passes_per_step`` is the U-Net passes one denoising step costs: 3 for the teacher's
     guidance (unconditional, image, image + text), 2 for an SVD checkpoint, 1 for a
-    guidance-distilled student. ``precision`` is the U-Net's and encoders' dtype ("fp32" is the
-    per-variant fallback); ``context_dedup`` installs the repeated-context attention processor.
+    guidance-distilled student (set from the model when it loads). ``precision`` is the U-Net's
+    and encoders' dtype ("fp32" is the per-variant fallback); ``context_dedup`` installs the
+    repeated-context attention processor.
     """
 
     name: str
@@ -61,29 +63,8 @@ class Variant:
     precision: Precision = "bf16"
     context_dedup: bool = True
     passes_per_step: int = 3
-
-
-SERVING_FILE = "serving.json"  # in a model directory: the guidance it was evaluated with
-
-
-def serving_guidance(model_dir: Path) -> tuple[float, float]:
-    """(image, text) guidance scales a model directory asks to be served with; the Variant
-    defaults without a ``serving.json``.
-
-    Guidance is a property of the trained model: scales tuned for one model exaggerate another.
-    """
-    image, text = Variant.image_guidance_scale, Variant.text_guidance_scale
-    path = model_dir / SERVING_FILE
-    if not path.is_file():
-        return image, text
-    document = json.loads(path.read_text())
-    unknown = sorted(set(document) - {"image_guidance_scale", "text_guidance_scale"})
-    if unknown:
-        raise ValueError(f"{path}: unknown keys {unknown}")
-    return (
-        float(document.get("image_guidance_scale", image)),
-        float(document.get("text_guidance_scale", text)),
-    )
+    # (image low, high), (text low, high): the scales a guidance-distilled student knows.
+    guidance_range: tuple[tuple[float, float], tuple[float, float]] | None = None
 
 
 @dataclass(frozen=True)
@@ -155,6 +136,8 @@ class Animator:
         if pipeline_class_name(model_dir) == SVD_CLASS and self.variant.passes_per_step != 2:
             self.variant = replace(self.variant, passes_per_step=2)
         self.pipeline: Any = load_pipeline(model_dir, self.variant)
+        if getattr(self.pipeline, "guidance_distilled", False):
+            self.variant = replace(self.variant, passes_per_step=1)
         self.compiled: CompiledModules | None = None
         if compile:
             self.compiled = compile_modules(self.pipeline, compile_decoder, max_buckets)
@@ -176,17 +159,21 @@ class Animator:
         if is_standin(settings.model_dir):  # load and fault tests: a job that only holds time
             return StandinAnimator.from_spec(str(settings.model_dir))
         buckets = [ShapeBucket.parse(b) for b in settings.shape_buckets.split(",") if b.strip()]
+        model_dir = resolve_model(settings.model_dir)
+        serving = load_serving(model_dir)
+        trained = serving.guidance_range
         variant = Variant(
-            name=Path(settings.model_dir).name,
-            steps=settings.steps,
+            name=model_dir.name,
+            steps=settings.steps or serving.steps or Variant.steps,
+            image_guidance_scale=serving.image_guidance_scale,
+            text_guidance_scale=serving.text_guidance_scale,
             scheduler=settings.scheduler,
             precision=settings.precision,
             context_dedup=settings.context_dedup,
+            guidance_range=(trained.image, trained.text) if trained else None,
         )
-        image_scale, text_scale = serving_guidance(Path(settings.model_dir))
-        variant = replace(variant, image_guidance_scale=image_scale, text_guidance_scale=text_scale)
         animator = cls(
-            settings.model_dir,
+            model_dir,
             variant,
             compile=settings.compile,
             compile_decoder=settings.compile_decoder,

@@ -1,4 +1,4 @@
-"""A model directory's serving.json sets the guidance it is served with."""
+"""A model directory's serving.json sets how it is served: guidance, steps, passes, range."""
 
 from __future__ import annotations
 
@@ -7,25 +7,39 @@ from pathlib import Path
 
 import pytest
 
-from workers.pipeline.animator import SERVING_FILE, serving_guidance
+from workers.pipeline.serving import SERVING_FILE, Serving, load_serving
+
+
+def write(directory: Path, document: dict[str, object]) -> Path:
+    (directory / SERVING_FILE).write_text(json.dumps(document))
+    return directory
 
 
 def test_absent_file_keeps_the_defaults(tmp_path: Path) -> None:
-    assert serving_guidance(tmp_path) == (1.5, 3.0)
+    assert load_serving(tmp_path) == Serving()
+    assert (Serving().image_guidance_scale, Serving().text_guidance_scale) == (1.5, 3.0)
 
 
 def test_scales_are_read(tmp_path: Path) -> None:
-    (tmp_path / SERVING_FILE).write_text(
-        json.dumps({"image_guidance_scale": 1, "text_guidance_scale": 2.5})
-    )
-    assert serving_guidance(tmp_path) == (1.0, 2.5)
+    serving = load_serving(write(tmp_path, {"image_guidance_scale": 1, "text_guidance_scale": 2.5}))
+    assert (serving.image_guidance_scale, serving.text_guidance_scale) == (1.0, 2.5)
 
 
-def test_unknown_keys_are_refused(tmp_path: Path) -> None:
-    (tmp_path / SERVING_FILE).write_text(json.dumps({"guidance": 2}))
-    with pytest.raises(ValueError, match="unknown keys"):
-        serving_guidance(tmp_path)
+def test_unknown_keys_are_refused_naming_file_and_key(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"serving\.json(.|\n)*guidance"):
+        load_serving(write(tmp_path, {"guidance": 2}))
 
 
-def test_the_shipped_model_is_served_as_it_was_evaluated(shipped_model: Path) -> None:
-    assert serving_guidance(shipped_model) == (1.0, 1.0)
+def test_scales_outside_the_trained_range_are_refused(tmp_path: Path) -> None:
+    document = {
+        "image_guidance_scale": 3.0,
+        "guidance_range": {"image": [1.0, 2.0], "text": [1.0, 3.0]},
+    }
+    with pytest.raises(ValueError, match="outside"):
+        load_serving(write(tmp_path, document))
+
+
+def test_the_shipped_models_are_served_as_they_were_evaluated(shipped_model: Path) -> None:
+    teacher = load_serving(shipped_model.parent / "animfleet-small")
+    assert (teacher.image_guidance_scale, teacher.text_guidance_scale) == (1.0, 1.0)
+    assert teacher.passes_per_step in (None, 3)
