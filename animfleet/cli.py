@@ -87,6 +87,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     return train(args)
 
 
+def cmd_distill(args: argparse.Namespace) -> int:
+    from workers.training.cli import distill
+
+    return distill(args)
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from workers.training.cli import evaluate
 
@@ -193,11 +199,21 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--seed", type=int, default=0)
     init.set_defaults(func=cmd_model_init)
 
-    from workers.training.cli import add_eval_arguments, add_train_arguments
+    from workers.training.cli import (
+        add_distill_arguments,
+        add_eval_arguments,
+        add_train_arguments,
+    )
 
     train = sub.add_parser("train", help="train the small model (resumable; state in --run)")
     add_train_arguments(train)
     train.set_defaults(func=cmd_train)
+
+    distill = sub.add_parser(
+        "distill", help="distil the teacher into a one-pass, 8-step student (resumable)"
+    )
+    add_distill_arguments(distill)
+    distill.set_defaults(func=cmd_distill)
 
     evaluate = sub.add_parser("eval", help="evaluate a model directory on the held-out clips")
     add_eval_arguments(evaluate)

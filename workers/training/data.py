@@ -75,8 +75,8 @@ def _shape_distance(p: torch.Tensor, kind: torch.Tensor, size: torch.Tensor) -> 
     theta = torch.atan2(p[..., 1], p[..., 0])
     sides = torch.where(kind == 1, 3.0, 4.0)
     sector = 2 * math.pi / sides
-    polygon = size * torch.cos(math.pi / sides) / torch.cos(
-        torch.remainder(theta, sector) - sector / 2
+    polygon = (
+        size * torch.cos(math.pi / sides) / torch.cos(torch.remainder(theta, sector) - sector / 2)
     )
     star = size * (0.65 + 0.35 * torch.cos(5 * theta))
     edge = torch.where(kind == 0, size, torch.where(kind == 3, star, polygon))
