@@ -187,9 +187,7 @@ class NetGuard:
             raise FetchFailed("timed out") from None
         except httpx.HTTPError as error:
             raise FetchFailed(f"{type(error).__name__}: {error}") from None
-        return httpx.Response(
-            response.status_code, headers=response.headers, content=bytes(body)
-        )
+        return httpx.Response(response.status_code, headers=response.headers, content=bytes(body))
 
     def fetch(self, url: str, *, max_bytes: int, timeout_s: float = 10.0) -> bytes:
         """GET ``url`` (redirects followed and checked) and return its body; 2xx only."""

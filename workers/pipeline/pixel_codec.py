@@ -70,4 +70,3 @@ class PixelCodec(ModelMixin, ConfigMixin):
 
     def forward(self, pixels: torch.Tensor) -> torch.Tensor:
         return pixels
-

@@ -49,4 +49,3 @@ def make_scheduler(name: str, config: Any) -> Any:
     if name == "euler":
         return EulerDiscreteScheduler(**schedule, final_sigmas_type="zero")
     raise ValueError(f"`scheduler` must be one of {', '.join(SCHEDULERS)}, got {name!r}")
-
