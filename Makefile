@@ -77,14 +77,24 @@ bench-model: venv
 # re-running continues), export the EMA weights, evaluate on the held-out clips. The malloc
 # thresholds keep glibc from returning and re-faulting tensor buffers every step (REFERENCE.md).
 # One intra-op thread: on a loaded machine two threads trained 5-8x slower (model card).
-.PHONY: train eval
+.PHONY: train eval distill eval-distill
 TRAIN_THREADS ?= 1
 TRAIN_ENV := MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=68719476736 \
 	ANIMFLEET_TORCH_THREADS=$(TRAIN_THREADS)
 train: venv
-	$(TRAIN_ENV) $(PY) -m animfleet.cli train --run run/train/small --steps 8000 \
+	$(TRAIN_ENV) $(PY) -m animfleet.cli train --run run/train/small --steps 5250 \
 		--decay-from 4000 --decay-steps 800 \
 		--export models/animfleet-small
+
+# The student of models/animfleet-small: teacher samples, then the student (resumable).
+distill: venv
+	$(TRAIN_ENV) $(PY) -m animfleet.cli distill --run run/distill/small \
+		--export models/animfleet-small-distilled
+
+# Teacher 32x3 / 15x3 / 8x3 against student 8x1 / 4x1, in one run: out/distill/compare.md.
+eval-distill: venv
+	$(TRAIN_ENV) $(PY) -m animfleet.cli eval --model models/animfleet-small \
+		--student models/animfleet-small-distilled --out out/distill --card
 
 eval: venv
 	$(TRAIN_ENV) $(PY) -m animfleet.cli eval --model models/animfleet-small --out out/eval --card

@@ -68,3 +68,43 @@ def write_card(model_dir: Path, report: dict[str, Any], notes: str = "") -> Path
     path = model_dir / "README.md"
     path.write_text(text)
     return path
+
+
+STUDENT_TEMPLATE = Path(__file__).with_name("student_card_template.md")
+
+
+def write_student_card(model_dir: Path, compare_markdown: str, report: dict[str, Any]) -> Path:
+    """Write the distilled student's ``README.md`` from ``distillation.json``, its
+    ``serving.json`` and an ``animfleet eval --student`` report."""
+    summary = json.loads((model_dir / "distillation.json").read_text())
+    serving = json.loads((model_dir / "serving.json").read_text())
+    config = summary["config"]
+    first = next(iter(report["results"].values()))
+    values = {
+        "student_evals": f"{first['student 8x1']['unet_evaluations']:g}",
+        "reference_evals": f"{first['teacher 32x3']['unet_evaluations']:g}",
+        "student_steps": str(serving["steps"]),
+        "serving_image": f"{serving['image_guidance_scale']:g}",
+        "serving_text": f"{serving['text_guidance_scale']:g}",
+        "image_range": " to ".join(f"{v:g}" for v in serving["guidance_range"]["image"]),
+        "text_range": " to ".join(f"{v:g}" for v in serving["guidance_range"]["text"]),
+        "parameters": f"{summary['parameters']:,}",
+        "trajectories": f"{config['trajectories']:,}",
+        "serving_share": f"{config['serving_share']:.0%}",
+        "teacher_steps": str(config["teacher_steps"]),
+        "teacher_evals": f"{summary['teacher_unet_evaluations']:,}",
+        "target_minutes": f"{summary['target_seconds'] / 60:.0f}",
+        "train_steps": f"{summary['steps']:,}",
+        "batch_size": str(config["batch_size"]),
+        "learning_rate": f"{config['learning_rate']:g}",
+        "ema_decay": f"{config['ema_decay']:g}",
+        "train_minutes": f"{summary['train_seconds'] / 60:.0f}",
+        "compare_table": compare_markdown,
+        "notes": "",
+    }
+    text = STUDENT_TEMPLATE.read_text()
+    for key, value in values.items():
+        text = text.replace("{{" + key + "}}", value)
+    path = model_dir / "README.md"
+    path.write_text(text)
+    return path

@@ -194,6 +194,14 @@ def compare(args: argparse.Namespace) -> int:
     report = run_comparison(Path(args.model), Path(args.student), Path(args.out), settings)
     print(markdown(report))
     print(f"report: {Path(args.out) / 'compare.md'}")
+    if args.card:
+        import shutil
+
+        from workers.training.card import write_student_card
+
+        for sheet in Path(args.out).glob("contact_sheet_g*.png"):
+            shutil.copyfile(sheet, Path(args.student) / sheet.name)
+        print(f"model card: {write_student_card(Path(args.student), markdown(report), report)}")
     return 0
 
 

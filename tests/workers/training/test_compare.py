@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests.workers.training.conftest import tiny
-from workers.training.compare import CompareSettings, check_bar, run_comparison
+from workers.training.card import write_student_card
+from workers.training.compare import CompareSettings, check_bar, markdown, run_comparison
 from workers.training.distill import Distiller
 
 
@@ -45,6 +46,8 @@ def test_all_arms_run_on_the_same_clips_with_counted_evaluations(
     assert json.loads((tmp_path / "compare.json").read_text())["results"] == report["results"]
     assert "| student 8x1 | 8 |" in (tmp_path / "compare.md").read_text()
     assert (tmp_path / "contact_sheet_g2_3.png").exists()
+    card = write_student_card(student, markdown(report), report).read_text()
+    assert "{{" not in card and "| student 8x1 | 8 |" in card and "image 1 to 2" in card
 
 
 def test_the_bar_fails_when_the_student_is_further_from_the_reference() -> None:
