@@ -50,7 +50,7 @@ def run_demo(
     print(f"starting a local fleet (private Redis, {storage} storage, one worker per region)…")
     with LocalFleet(root, storage=storage) as fleet:
         up = time.perf_counter() - started
-        print(f"fleet up in {up:.1f}s: regions {', '.join(fleet.regions)}")
+        print(f"fleet up in {up:.1f}s: regions {', '.join(fleet.regions)}; model {fleet.model_dir}")
         client = Client(fleet.topology)
         job = client.submit(image.read_bytes(), prompt, home_region=fleet.regions[0], frames=frames)
         print(f"submitted {job.id} to {job.region} ({prompt!r})")

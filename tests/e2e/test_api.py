@@ -20,7 +20,7 @@ from dispatcher import Client
 
 pytestmark = pytest.mark.e2e
 
-LONG = {"steps": 100, "frames": 16, "size": 96}  # a minute on a CPU "GPU": always stopped
+LONG = {"steps": 100, "frames": 32, "size": 128}  # a minute or more on a CPU "GPU": stopped
 
 
 def submit(

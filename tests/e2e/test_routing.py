@@ -27,7 +27,7 @@ pytestmark = pytest.mark.e2e
 
 REGIONS = ("ra", "rb", "rc")
 LATENCY = {"ra": {"rb": 20.0, "rc": 200.0}, "rb": {"rc": 190.0}}
-HOLD = {"steps": 100, "frames": 16, "width": 128, "height": 128}  # minutes on this CPU
+HOLD = {"steps": 100, "frames": 32, "width": 128, "height": 128}  # over a minute here
 QUICK = {"steps": 2}
 
 
