@@ -104,6 +104,9 @@ class RegionQueue:
             task_ignore_result=True,
         )
         self._script = client.register_script(_ADMIT_SCRIPT)
+        name = region.name  # the region's own keys, the same for every job
+        self._region_keys = (WORKER_SET + name, BUSY_SET + name, QUEUED_SET + name)
+        self._start_by_key = START_BY_SET + name
         self._channel: Any = None
         self._template: tuple[str, str, str, str] | None = None
 
@@ -158,10 +161,8 @@ class RegionQueue:
         """
         limits = [t for t in (record.start_deadline, record.deadline) if t is not None]
         keys = [
-            WORKER_SET + self.region.name,
-            BUSY_SET + self.region.name,
-            QUEUED_SET + self.region.name,
-            START_BY_SET + self.region.name,
+            *self._region_keys,
+            self._start_by_key,
             JOB_KEY + record.id,
             INPUT_KEY + record.id,
             self.region.queue,

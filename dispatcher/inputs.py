@@ -95,9 +95,9 @@ def _plain_png_intact(data: bytes | bytearray, width: int, height: int) -> bool:
     the shipped 128x128 example, header included). False means "not vouched for", never
     "broken": the caller then decodes with Pillow, which accepts or names the error.
     """
-    view = memoryview(data)
-    if len(view) < 33 or view[:8] != _PNG_SIGNATURE or view[12:16] != b"IHDR":
+    if len(data) < 33 or not data.startswith(_PNG_SIGNATURE) or data[12:16] != b"IHDR":
         return False
+    view = memoryview(data)
     header = struct.unpack(">IIBBBBB", view[16:29])
     channels = _PNG_CHANNELS.get(header[3])
     if header[:2] != (width, height) or header[2] != 8 or channels is None or header[6] != 0:

@@ -154,9 +154,12 @@ class Placement:
         delay = execution_delay_s(utilization, self.rng, self.settings)
         if delay:
             self.sleep(delay)  # spread a burst out so it does not start in lockstep
+        # Undelayed, the first attempt uses the snapshot just taken; each retry (and the
+        # attempt after a delay) takes a fresh one.
+        unused = [] if delay else [first]
 
         def choose() -> str | None:
-            snap = self._snapshot()
+            snap = unused.pop() if unused else self._snapshot()
             live = {r: snap.live.get(r, UNKNOWN_CAPACITY) for r in self.regions}
             held = dict(snap.held)
             while True:

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from dispatcher.admission import (
     AdmissionSettings,
     AtCapacity,
+    RegionsFull,
     RetrySchedule,
     admission_limit,
     admit,
@@ -80,6 +81,65 @@ def test_admit_returns_the_first_region_found() -> None:
     answers = iter([None, None, "us"])
     schedule = RetrySchedule.backoff(AdmissionSettings())
     assert admit("eu", lambda: next(answers), schedule, sleep=lambda s: None) == "us"
+
+
+def test_a_first_attempt_with_room_does_not_enter_tenacity(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def unused(*args: object, **kwargs: object) -> None:
+        raise AssertionError("Retrying built for an admitted first attempt")
+
+    schedule = RetrySchedule.backoff(AdmissionSettings())
+    monkeypatch.setattr(schedule, "retrying", unused)
+    assert admit("eu", lambda: "eu", schedule) == "eu"
+
+
+@pytest.mark.parametrize("first_attempt_s", [0.0, 3.0])
+def test_retries_match_one_plain_retrying_call_around_every_attempt(
+    monkeypatch: pytest.MonkeyPatch, first_attempt_s: float
+) -> None:
+    """Sleeps, attempt count and budget (which counts the first attempt's own time) are those
+    of tenacity driving every attempt, as before the first attempt got its fast path."""
+    settings = AdmissionSettings(retry_budget_s=5.0, max_attempts=100)
+    schedule = RetrySchedule.backoff(settings)
+    clock = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+
+    def run(use_admit: bool) -> tuple[list[float], int]:
+        clock[0] = 1000.0
+        slept: list[float] = []
+        calls = [0]
+
+        def sleep(seconds: float) -> None:
+            slept.append(seconds)
+            clock[0] += seconds
+
+        def choose() -> str | None:
+            calls[0] += 1
+            if calls[0] == 1:
+                clock[0] += first_attempt_s
+            return None
+
+        random.seed(11)
+        if use_admit:
+            with pytest.raises(AtCapacity) as caught:
+                admit("eu", choose, schedule, sleep=sleep)
+            assert caught.value.attempts == calls[0]
+        else:
+
+            def attempt() -> str:
+                region = choose()
+                if region is None:
+                    raise RegionsFull("eu")
+                return region
+
+            with pytest.raises(RegionsFull):
+                schedule.retrying(sleep)(attempt)
+        return slept, calls[0]
+
+    assert run(use_admit=True) == run(use_admit=False)
+    slept, _ = run(use_admit=True)
+    assert first_attempt_s + sum(slept) < 5.0
 
 
 def test_simulated_schedule_matches_tenacity_windows() -> None:
