@@ -43,3 +43,23 @@ def test_the_shipped_models_are_served_as_they_were_evaluated(shipped_model: Pat
     teacher = load_serving(shipped_model.parent / "animfleet-small")
     assert (teacher.image_guidance_scale, teacher.text_guidance_scale) == (1.0, 1.0)
     assert teacher.passes_per_step in (None, 3)
+
+
+def test_the_student_is_served_by_name_with_one_pass_and_its_steps() -> None:
+    from workers.pipeline.animator import Animator
+    from workers.settings import WorkerSettings
+
+    settings = WorkerSettings.from_env({"ANIMFLEET_MODEL_DIR": "animfleet-small-distilled"})
+    animator = Animator.from_settings(settings)
+    variant = animator.variant
+    assert (variant.name, variant.steps, variant.passes_per_step) == (
+        "animfleet-small-distilled",
+        8,
+        1,
+    )
+    assert variant.guidance_range == ((1.0, 2.0), (1.0, 3.0))
+    assert (variant.image_guidance_scale, variant.text_guidance_scale) == (1.0, 1.0)
+    teacher = Animator.from_settings(
+        WorkerSettings.from_env({"ANIMFLEET_MODEL_DIR": "animfleet-small"})
+    )
+    assert (teacher.variant.steps, teacher.variant.passes_per_step) == (15, 3)
