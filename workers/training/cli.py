@@ -67,7 +67,7 @@ def train(args: argparse.Namespace) -> int:
 
 
 def _pair(text: str) -> tuple[float, float]:
-    low, high = (float(part) for part in text.split(":"))
+    low, high = _two_floats(text)
     if not 0 <= low <= high:
         raise argparse.ArgumentTypeError(f"expected LOW:HIGH with 0 <= LOW <= HIGH, got {text!r}")
     return low, high
@@ -188,7 +188,7 @@ def compare(args: argparse.Namespace) -> int:
     settings = CompareSettings(
         per_family=args.per_family,
         families=tuple(args.families.split(",")),
-        guidance=tuple(_pair_exact(g) for g in args.guidance.split(",")),
+        guidance=tuple(_two_floats(g) for g in args.guidance.split(",")),
         size=args.size,
     )
     report = run_comparison(Path(args.model), Path(args.student), Path(args.out), settings)
@@ -205,6 +205,6 @@ def compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _pair_exact(text: str) -> tuple[float, float]:
+def _two_floats(text: str) -> tuple[float, float]:
     image, text_scale = (float(part) for part in text.split(":"))
     return image, text_scale

@@ -42,6 +42,7 @@ from workers.pipeline.motion_unet import MotionUNet
 from workers.pipeline.serving import SERVING_FILE
 from workers.training.data import training_sample
 from workers.training.evaluate import load_pipeline
+from workers.training.loop import run_steps, update_ema
 
 CHECKPOINT = "checkpoint.pt"
 TARGETS = "targets"
@@ -277,27 +278,18 @@ class Distiller:
     ) -> None:
         """Train until ``config.steps`` (or ``stop_at``, or ``minutes`` of this stretch)."""
         targets = self.load_targets()
-        started = time.monotonic()
-        window: list[float] = []
         self.student.unet.train()
-        with tqdm(
-            total=self.config.steps, initial=self.state.step, desc="distill", unit="step"
-        ) as bar:
-            while self.state.step < min(self.config.steps, stop_at or self.config.steps):
-                tick = time.monotonic()
-                window.append(self._train_step(targets))
-                self.state.seconds += time.monotonic() - tick
-                bar.update(1)
-                if len(window) == 25:
-                    self.state.losses.append((self.state.step, sum(window) / len(window)))
-                    bar.set_postfix(loss=f"{self.state.losses[-1][1]:.2e}")
-                    window = []
-                out_of_time = minutes is not None and time.monotonic() - started > minutes * 60
-                if self.state.step % checkpoint_every == 0 or out_of_time:
-                    self.save()
-                if out_of_time:
-                    break
-        self.save()
+        run_steps(
+            self.state,
+            min(self.config.steps, stop_at or self.config.steps),
+            lambda: self._train_step(targets),
+            self.save,
+            total=self.config.steps,
+            desc="distill",
+            minutes=minutes,
+            checkpoint_every=checkpoint_every,
+            loss_format=".2e",
+        )
 
     def _train_step(self, targets: Targets) -> float:
         step = self.state.step
@@ -308,12 +300,7 @@ class Distiller:
         loss.backward()  # type: ignore[no-untyped-call]
         torch.nn.utils.clip_grad_norm_(self.student.unet.parameters(), 1.0)
         self.optimizer.step()
-        decay = min(self.config.ema_decay, (1 + step) / (10 + step))
-        with torch.no_grad():
-            for p, q in zip(
-                self.student.unet.parameters(), self.ema.unet.parameters(), strict=True
-            ):
-                q.lerp_(p, 1 - decay)
+        update_ema([self.student.unet], [self.ema.unet], step, self.config.ema_decay)
         self.state.step += 1
         return loss.item()
 

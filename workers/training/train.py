@@ -11,17 +11,16 @@ import json
 import math
 import os
 import shutil
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from workers.pipeline.animation import AnimationPipeline
 from workers.training.data import training_batch
+from workers.training.loop import run_steps, update_ema
 from workers.training.model import build_small_pipeline
 
 CHECKPOINT = "checkpoint.pt"
@@ -157,35 +156,22 @@ class Trainer:
         loss.backward()  # type: ignore[no-untyped-call]
         torch.nn.utils.clip_grad_norm_(self.params, 1.0)
         self.optimizer.step()
-        # EMA warm-up: early on the average would mostly remember the random initialisation.
-        decay = min(self.config.ema_decay, (1 + step) / (10 + step))
-        with torch.no_grad():
-            for live, ema in zip(self._trained(self.pipe), self._trained(self.ema), strict=True):
-                for p, q in zip(live.parameters(), ema.parameters(), strict=True):
-                    q.lerp_(p, 1 - decay)
+        update_ema(self._trained(self.pipe), self._trained(self.ema), step, self.config.ema_decay)
         self.state.step += 1
         return loss.item()
 
     def run(self, steps: int, minutes: float | None = None, checkpoint_every: int = 100) -> None:
         """Train until ``steps`` in total (or ``minutes`` of this stretch), checkpointing."""
-        started = time.monotonic()
-        window: list[float] = []
-        with tqdm(total=steps, initial=self.state.step, desc="train", unit="step") as bar:
-            while self.state.step < steps:
-                tick = time.monotonic()
-                window.append(self.train_step())
-                self.state.seconds += time.monotonic() - tick
-                bar.update(1)
-                if len(window) == 25:
-                    self.state.losses.append((self.state.step, sum(window) / len(window)))
-                    bar.set_postfix(loss=f"{self.state.losses[-1][1]:.4f}")
-                    window = []
-                out_of_time = minutes is not None and time.monotonic() - started > minutes * 60
-                if self.state.step % checkpoint_every == 0 or out_of_time:
-                    self.save()
-                if out_of_time:
-                    break
-        self.save()
+        run_steps(
+            self.state,
+            steps,
+            self.train_step,
+            self.save,
+            total=steps,
+            desc="train",
+            minutes=minutes,
+            checkpoint_every=checkpoint_every,
+        )
 
     def save(self) -> None:
         """Write the checkpoint atomically (a kill mid-write leaves the previous one)."""
