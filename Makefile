@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 demo: venv
-	$(PY) -m animfleet.cli demo
+	$(PY) -m tools.cli demo
 
 test: venv
 	$(PY) -m pytest
@@ -52,18 +52,18 @@ bench-dispatch: venv
 
 # The seeds' spike: routing policies x naive retries vs backoff, tables and PNGs in out/sim.
 simulate: venv
-	$(PY) -m animfleet.cli simulate spike --out out/sim
+	$(PY) -m tools.cli simulate spike --out out/sim
 
 # One simulated day of 100 million requests over 20 regions.
 bench-scale: venv
-	$(PY) -m animfleet.cli simulate scale --out out/sim
+	$(PY) -m tools.cli simulate scale --out out/sim
 
 # Gateway overhead per submit (POST /v1/jobs -> 202) against Client.submit: p50 and p99.
 bench-gateway: venv
-	$(PY) -m dispatcher.gateway.bench
+	$(PY) -m tools.gateway_bench
 
 lint: venv
-	$(VENV)/bin/ruff check animfleet dispatcher workers storage tests benchmarks
+	$(VENV)/bin/ruff check animfleet dispatcher workers storage tools tests benchmarks
 
 typecheck: venv
 	$(VENV)/bin/mypy
@@ -82,22 +82,22 @@ TRAIN_THREADS ?= 1
 TRAIN_ENV := MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=68719476736 \
 	ANIMFLEET_TORCH_THREADS=$(TRAIN_THREADS)
 train: venv
-	$(TRAIN_ENV) $(PY) -m animfleet.cli train --run run/train/small --steps 5250 \
+	$(TRAIN_ENV) $(PY) -m tools.cli train --run run/train/small --steps 5250 \
 		--decay-from 4000 --decay-steps 800 \
 		--export models/animfleet-small
 
 # The student of models/animfleet-small: teacher samples, then the student (resumable).
 distill: venv
-	$(TRAIN_ENV) $(PY) -m animfleet.cli distill --run run/distill/small \
+	$(TRAIN_ENV) $(PY) -m tools.cli distill --run run/distill/small \
 		--export models/animfleet-small-distilled
 
 # Teacher 32x3 / 15x3 / 8x3 against student 8x1 / 4x1, in one run: out/distill/compare.md.
 eval-distill: venv
-	$(TRAIN_ENV) $(PY) -m animfleet.cli eval --model models/animfleet-small \
+	$(TRAIN_ENV) $(PY) -m tools.cli eval --model models/animfleet-small \
 		--student models/animfleet-small-distilled --out out/distill --card
 
 eval: venv
-	$(TRAIN_ENV) $(PY) -m animfleet.cli eval --model models/animfleet-small --out out/eval --card
+	$(TRAIN_ENV) $(PY) -m tools.cli eval --model models/animfleet-small --out out/eval --card
 
 clean:
 	rm -rf run out .pytest_cache .mypy_cache .ruff_cache

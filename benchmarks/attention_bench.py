@@ -12,8 +12,8 @@ from diffusers.models.attention_processor import Attention, AttnProcessor2_0
 from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks.shapes import TEXT_TOKENS
-from workers.pipeline.animator import ShapeBucket
-from workers.pipeline.attention import (
+from workers.model.animator import ShapeBucket
+from workers.model.attention import (
     ContextDedupProcessor,
     RepeatLayout,
     install_context_dedup,

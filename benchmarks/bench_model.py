@@ -30,8 +30,8 @@ from tqdm import tqdm
 from benchmarks.attention_bench import attention_report, unet_flops
 from benchmarks.shapes import save_bench_model
 from benchmarks.vae_bench import vae_report
-from workers.pipeline.animator import ShapeBucket, Variant, load_pipeline
-from workers.pipeline.compiled import compile_modules
+from workers.model.animator import ShapeBucket, Variant, load_pipeline
+from workers.model.compiled import compile_modules
 
 PROMPT = "zoom in slowly and rotate clockwise"
 Frames = npt.NDArray[np.uint8]
@@ -143,8 +143,10 @@ def main() -> None:
     torch.set_num_threads(2)
     bucket = ShapeBucket(args.frames, args.size, args.size)
     model_dir = save_bench_model(args.model_dir)
-    print(f"model: {model_dir}, {bucket.frames} frames of {bucket.height}x{bucket.width}, "
-          f"77 text tokens + 1 image token, torch threads 2, median of {args.repeats}")
+    print(
+        f"model: {model_dir}, {bucket.frames} frames of {bucket.height}x{bucket.width}, "
+        f"77 text tokens + 1 image token, torch threads 2, median of {args.repeats}"
+    )
 
     references = {
         "ddim32": Row("fp32 DDIM 32"),
@@ -154,9 +156,11 @@ def main() -> None:
     }
     # Cheap sections first; the compile rows last (their first run compiles for minutes).
     flops = unet_flops(model_dir, bucket)
-    print(f"U-Net FLOPs per call (batch 3): stock {flops['stock'] / 1e9:.2f} GFLOP, "
-          f"de-dup {flops['dedup'] / 1e9:.2f} GFLOP, saved "
-          f"{100 * (1 - flops['dedup'] / flops['stock']):.1f}%")
+    print(
+        f"U-Net FLOPs per call (batch 3): stock {flops['stock'] / 1e9:.2f} GFLOP, "
+        f"de-dup {flops['dedup'] / 1e9:.2f} GFLOP, saved "
+        f"{100 * (1 - flops['dedup'] / flops['stock']):.1f}%"
+    )
     print(attention_report(model_dir, bucket))
     print(vae_report(model_dir, bucket, _image(bucket.height)))
     print()
@@ -169,30 +173,37 @@ def main() -> None:
         repeats = args.repeats if name.startswith("row") else 0
         results[name] = run_row(model_dir, row, bucket, repeats)
         seconds = statistics.median(results[name]["times"] or [results[name]["warmup_s"]])
-        tqdm.write(f"  {row.label}: {seconds:.2f} s per video, {results[name]['unet_evals']} "
-                   f"U-Net evals, peak RSS {results[name]['peak_rss_mb']:.0f} MB")
+        tqdm.write(
+            f"  {row.label}: {seconds:.2f} s per video, {results[name]['unet_evals']} "
+            f"U-Net evals, peak RSS {results[name]['peak_rss_mb']:.0f} MB"
+        )
     results["ddim32"] = results["row 0"]
 
     base = statistics.median(results["row 0"]["times"])
     print()
-    print(f"{'configuration':<46} {'median s':>9} {'U-Net evals':>11} {'peak RSS MB':>11} "
-          f"{'speedup':>8} {'PSNR vs fp32':>13}")
+    print(
+        f"{'configuration':<46} {'median s':>9} {'U-Net evals':>11} {'peak RSS MB':>11} "
+        f"{'speedup':>8} {'PSNR vs fp32':>13}"
+    )
     for i, row in enumerate(ROWS):
         result = results[f"row {i}"]
         reference = results["dpm15" if row.scheduler == "dpmsolver++" else "ddim32"]["frames"]
         median = statistics.median(result["times"])
         quality = psnr(result["frames"], reference)
-        print(f"{row.label:<46} {median:>9.2f} {result['unet_evals']:>11} "
-              f"{result['peak_rss_mb']:>11.0f} {base / median:>7.2f}x {quality:>10.1f} dB")
+        print(
+            f"{row.label:<46} {median:>9.2f} {result['unet_evals']:>11} "
+            f"{result['peak_rss_mb']:>11.0f} {base / median:>7.2f}x {quality:>10.1f} dB"
+        )
     for name, row in compiled:
-        print(f"{row.label}: first video (compiling) {results[name]['warmup_s']:.1f} s, "
-              f"recompiles after warm-up {results[name]['recompiles']}")
+        print(
+            f"{row.label}: first video (compiling) {results[name]['warmup_s']:.1f} s, "
+            f"recompiles after warm-up {results[name]['recompiles']}"
+        )
 
     reference = results["ddim100"]["frames"]
     print("\nsampler accuracy at 15 steps (fp32), PSNR vs DDIM 100 steps:")
     for name in ("ddim15", "dpm15"):
         print(f"  {references[name].label:<24} {psnr(results[name]['frames'], reference):6.1f} dB")
-
 
 
 if __name__ == "__main__":

@@ -36,9 +36,9 @@ from tqdm import tqdm
 
 import dispatcher.client
 from animfleet import logs
-from animfleet.cli import EXAMPLE_IMAGE
-from animfleet.localfleet import LocalFleet
 from dispatcher import Client
+from tools.cli import EXAMPLE_IMAGE
+from tools.localfleet import LocalFleet
 from workers.heartbeat import Heartbeat
 
 MIN_RATIO = 0.9  # dispatcher throughput / raw apply_async throughput

@@ -15,9 +15,9 @@ from pathlib import Path
 from tqdm import tqdm
 
 from animfleet import logs
-from animfleet.cli import EXAMPLE_IMAGE
-from animfleet.localfleet import LocalFleet
 from dispatcher import Client
+from tools.cli import EXAMPLE_IMAGE
+from tools.localfleet import LocalFleet
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -35,9 +35,10 @@ def main() -> None:
     rows: dict[str, list[float]] = {
         k: [] for k in ("queue wait", "inference", "encode", "upload", "overhead", "total")
     }
-    with tempfile.TemporaryDirectory() as root, LocalFleet(
-        Path(root), regions=("bench",), storage=args.storage
-    ) as fleet:
+    with (
+        tempfile.TemporaryDirectory() as root,
+        LocalFleet(Path(root), regions=("bench",), storage=args.storage) as fleet,
+    ):
         client = Client(fleet.topology)
         for _ in tqdm(range(args.jobs), desc="jobs", unit="job"):
             record = client.submit(image, "pan left", home_region="bench", steps=2).wait(60)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from diffusers import AutoencoderKLTemporalDecoder, UNetSpatioTemporalConditionModel
 
-from workers.pipeline.animation import AnimationPipeline
-from workers.pipeline.build import build_pipeline
+from workers.model.build import build_pipeline
+from workers.model.pipeline import AnimationPipeline
 
 CONTEXT_DIM = 96
 TEXT_TOKENS = 77

@@ -22,8 +22,8 @@ from animfleet.jobs import (
     new_job_id,
     region_of,
 )
-from animfleet.jobstore import JobNotFound, JobStore, expire_if_overdue
 from animfleet.netguard import BlockedURL, NetGuard
+from animfleet.region.jobstore import JobNotFound, JobStore, expire_if_overdue
 from animfleet.topology import Region, Topology
 from dispatcher import metrics
 from dispatcher.admission import AdmissionSettings, AtCapacity
@@ -135,7 +135,7 @@ class Client:
         start_deadline and deadline in seconds from now, metadata).
         ``idempotency_key``: the same key with the same request returns the job created first
         (``handle.created`` is False); with a different request it raises
-        :class:`animfleet.jobstore.IdempotencyConflict`. ``job_id``: a client-chosen id
+        :class:`animfleet.region.jobstore.IdempotencyConflict`. ``job_id``: a client-chosen id
         (letters, digits, ``_``, ``-``; at most 64), idempotent in the same way.
         Raises :class:`dispatcher.inputs.InvalidInput` (naming the field) before anything is
         stored or published, and :class:`EnqueueFailed` if the broker cannot take the job.
@@ -294,7 +294,7 @@ class Client:
         return self._link(region).store
 
     def get(self, job_id: str) -> JobRecord:
-        """The current record of ``job_id``; raises :class:`animfleet.jobstore.JobNotFound`.
+        """The current record of ``job_id``; raises :class:`animfleet.region.jobstore.JobNotFound`.
 
         A queued job found past its start deadline is expired on the spot, so readers never
         see it queued even if no maintenance process ran yet.

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from prometheus_client import Counter, Gauge
 
-from dispatcher.loads import RegionStatus
+from animfleet.region.status import RegionStatus
 
 JOBS_SUBMITTED = Counter(
     "animfleet_jobs_submitted_total",

@@ -20,9 +20,9 @@ import structlog
 
 from animfleet.constants import ROUTING_KEY
 from animfleet.metrics import port_from_env, serve
+from animfleet.region.status import RegionStatus, read_region_status
 from animfleet.topology import Topology
 from dispatcher import metrics
-from dispatcher.loads import RegionStatus, read_region_status
 from dispatcher.routing import (
     RegionLoad,
     Ring,

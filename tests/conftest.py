@@ -13,7 +13,7 @@ import pytest
 import redis
 from PIL import Image
 
-from animfleet.localfleet import LocalFleet
+from tools.localfleet import LocalFleet
 
 
 @pytest.fixture(scope="session")
@@ -45,7 +45,7 @@ def shipped_model() -> Path:
 
 @pytest.fixture(scope="session")
 def random_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from workers.pipeline.build import init_model
+    from workers.model.build import init_model
 
     return init_model(tmp_path_factory.mktemp("models") / "random")
 

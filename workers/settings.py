@@ -16,6 +16,8 @@ class WorkerSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     model_dir: Path = DEFAULT_MODEL_DIR
+    # "module:Class", an Animator subclass to serve instead of the diffusers pipeline.
+    animator: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
     # A job past the soft limit fails with code "timeout"; past the hard limit its process dies.
     soft_time_limit_s: int = Field(default=540, ge=1)
     hard_time_limit_s: int = Field(default=600, ge=2)

@@ -23,8 +23,8 @@ import numpy as np
 
 from animfleet.constants import JOB_KEY
 from animfleet.jobs import JobRecord, JobState, region_of
-from animfleet.jobstore import JobNotFound, JobStore
-from animfleet.localfleet import LocalFleet
+from animfleet.region.jobstore import JobNotFound, JobStore
+from tools.localfleet import LocalFleet
 
 REGIONS = ("lt-a", "lt-b", "lt-c")
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
@@ -216,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         storage="local",
         workers_per_region=args.workers,
         model_dir=Path(f"standin:{args.job_seconds}:{args.jitter}"),
+        animator="tests.fixtures.standin:StandinAnimator",  # holds each job's time, no model
         gateway=True,
         webhooks=True,
         router_period_s=1.0,

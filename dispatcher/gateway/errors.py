@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 from kombu.exceptions import OperationalError
 from starlette.exceptions import HTTPException
 
-from animfleet.jobstore import IdempotencyConflict, JobNotFound
+from animfleet.region.jobstore import IdempotencyConflict, JobNotFound
 from dispatcher.client import EnqueueFailed
 from dispatcher.inputs import InvalidInput
 

@@ -9,15 +9,15 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Request, Response
 
-from animfleet import events
 from animfleet.jobs import JobRecord
 from animfleet.jobview import JobView, estimate_start, job_view
+from animfleet.region import outbox
+from animfleet.region.status import read_region_status
 from dispatcher.client import JobHandle, WaitTimeout
 from dispatcher.gateway.errors import ApiError
 from dispatcher.gateway.images import resolve_image
 from dispatcher.gateway.runtime import Runtime
-from dispatcher.gateway.schemas import ErrorResponse, JobRequest, RegionLoad, Regions, Replayed
-from dispatcher.loads import read_region_status
+from dispatcher.gateway.schemas import ErrorResponse, JobRequest, Regions, RegionView, Replayed
 
 PREFER_WAIT = re.compile(r"(?:^|[,;\s])wait(?:=(\d{1,6}))?(?:$|[,;\s])")
 ERRORS: dict[int | str, dict[str, object]] = {
@@ -72,11 +72,11 @@ def _view(runtime: Runtime, record: JobRecord) -> JobView:
     )
 
 
-def _load(runtime: Runtime, region: str) -> RegionLoad:
+def _load(runtime: Runtime, region: str) -> RegionView:
     status = read_region_status(
         runtime.client.store(region).redis, runtime.client.topology.region(region)
     )
-    return RegionLoad(
+    return RegionView(
         name=region,
         live_workers=status.load.live_workers,
         busy_workers=status.load.busy_workers,
@@ -162,7 +162,7 @@ def replay_webhook(job_id: str, request: Request) -> Replayed:
     runtime = _runtime(request)
     region = runtime.client.locate(job_id)
     runtime.client.get(job_id)
-    delivery = events.replay_last(runtime.client.store(region).redis, job_id)
+    delivery = outbox.replay_last(runtime.client.store(region).redis, job_id)
     if delivery is None:
         raise ApiError(409, "no_webhook_event", f"job {job_id} has sent no webhook event")
     return Replayed(webhook_id=delivery.id, type=delivery.type)

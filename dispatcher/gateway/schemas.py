@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from animfleet.jobview import JobView
 
-__all__ = ["ErrorBody", "ErrorResponse", "JobRequest", "JobView", "RegionLoad", "Regions"]
+__all__ = ["ErrorBody", "ErrorResponse", "JobRequest", "JobView", "RegionView", "Regions"]
 
 
 class JobRequest(BaseModel):
@@ -60,7 +60,7 @@ class ErrorResponse(BaseModel):
     error: ErrorBody
 
 
-class RegionLoad(BaseModel):
+class RegionView(BaseModel):
     name: str
     live_workers: int
     busy_workers: int
@@ -68,7 +68,7 @@ class RegionLoad(BaseModel):
 
 
 class Regions(BaseModel):
-    regions: list[RegionLoad]
+    regions: list[RegionView]
 
 
 class Replayed(BaseModel):

@@ -1,6 +1,6 @@
 """Where new jobs go: region loads in, a routing table of per-source shares out."""
 
-from dispatcher.routing.load import RegionLoad
+from animfleet.region.load import RegionLoad
 from dispatcher.routing.rings import Ring, RoutingSettings, compute_routing_table
 from dispatcher.routing.table import RoutingTable
 

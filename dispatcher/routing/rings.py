@@ -15,8 +15,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from animfleet.region.load import RegionLoad
 from animfleet.topology import Topology
-from dispatcher.routing.load import RegionLoad
 from dispatcher.routing.table import RoutingTable
 
 EPSILON = 1e-9

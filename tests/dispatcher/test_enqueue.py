@@ -7,9 +7,9 @@ import json
 import redis
 
 from animfleet.jobs import JobParams, JobRecord
-from animfleet.localfleet import LocalFleet
 from animfleet.topology import Region
 from dispatcher.enqueue import ADMITTED, FULL, REPEAT, RegionQueue
+from tools.localfleet import LocalFleet
 from workers.heartbeat import Heartbeat
 
 PARAMS = JobParams(prompt="sway", frames=4, fps=8, width=32, height=32, seed=1)

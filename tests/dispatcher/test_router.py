@@ -10,11 +10,11 @@ import pytest
 import redis
 
 from animfleet.constants import HOLDING_SET, ROUTING_KEY, WAITING_SET
-from animfleet.localfleet import LocalFleet
+from animfleet.region.status import RegionStatus, read_region_status
 from animfleet.topology import Topology
-from dispatcher.loads import RegionStatus, read_region_status
 from dispatcher.router import Router, demand_by_home
 from dispatcher.routing import RegionLoad, RoutingTable
+from tools.localfleet import LocalFleet
 from workers.heartbeat import Heartbeat, live_workers
 
 DBS = {"near-a": 11, "near-b": 12, "far-c": 13}

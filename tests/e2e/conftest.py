@@ -16,8 +16,8 @@ import pytest
 import redis
 
 from animfleet.constants import JOB_KEY
-from animfleet.localfleet import LocalFleet
 from dispatcher import Client
+from tools.localfleet import LocalFleet
 
 
 @pytest.fixture(scope="package")

@@ -15,8 +15,8 @@ import pytest
 import redis
 
 from animfleet.constants import JOB_KEY
-from animfleet.localfleet import LocalFleet
 from dispatcher import Client
+from tools.localfleet import LocalFleet
 
 pytestmark = pytest.mark.e2e
 

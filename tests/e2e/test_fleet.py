@@ -13,10 +13,10 @@ import pytest
 import redis
 
 from animfleet.jobs import JobState
-from animfleet.localfleet import LocalFleet
 from animfleet.topology import Topology
 from dispatcher import Client, InvalidInput
 from storage import open_store
+from tools.localfleet import LocalFleet
 from workers.heartbeat import Heartbeat
 
 pytestmark = pytest.mark.e2e

@@ -15,7 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from animfleet.localfleet import LocalFleet, free_port
+from tests.fixtures.standin import ANIMATOR as STANDIN
+from tools.localfleet import LocalFleet, free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -29,6 +30,7 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFleet]:
         tmp_path_factory.mktemp("observed"),
         regions=("ob",),
         model_dir=Path("standin:0.3:0"),
+        animator=STANDIN,
         worker_env={"ANIMFLEET_WORKER_METRICS_PORT": str(PORTS["worker"])},
         gateway=True,
         webhooks=True,

@@ -17,11 +17,11 @@ import redis
 
 from animfleet.constants import ROUTING_KEY
 from animfleet.jobs import JobState
-from animfleet.localfleet import LocalFleet
 from dispatcher import Client
 from dispatcher.admission import AdmissionSettings
 from dispatcher.client import JobHandle
 from dispatcher.routing import RoutingTable
+from tools.localfleet import LocalFleet
 
 pytestmark = pytest.mark.e2e
 

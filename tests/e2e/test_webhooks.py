@@ -16,7 +16,7 @@ import redis
 from standardwebhooks import Webhook, WebhookVerificationError
 
 from animfleet.constants import WEBHOOK_DUE_SET, WEBHOOK_JOB_KEY
-from animfleet.localfleet import LocalFleet
+from tools.localfleet import LocalFleet
 
 pytestmark = pytest.mark.e2e
 

@@ -1,7 +1,7 @@
 """Fault tests: a real fleet (Redis, storage, worker processes) per test, a fault injected, and
 the same accounting afterwards: no job lost, none stuck, outputs exactly for succeeded jobs.
 
-Workers run the model stand-in (``workers/pipeline/standin.py``), so a job holds its worker for
+Workers run the model stand-in (``tests/fixtures/standin.py``), so a job holds its worker for
 a known time without a model's CPU cost, and time limits are short so redeliveries after a dead
 worker host come within seconds rather than the production 15 minutes.
 """
@@ -17,11 +17,12 @@ from typing import Any
 import pytest
 
 from animfleet.jobs import JobRecord, JobState, region_of
-from animfleet.jobstore import JobNotFound, JobStore
-from animfleet.localfleet import LocalFleet
+from animfleet.region.jobstore import JobNotFound, JobStore
 from dispatcher import Client
 from dispatcher.admission import AdmissionSettings
 from storage import open_store
+from tests.fixtures.standin import ANIMATOR as STANDIN
+from tools.localfleet import LocalFleet
 
 pytestmark = pytest.mark.faults
 
@@ -50,6 +51,7 @@ def make_fleet(tmp_path: Path) -> Iterator[Callable[..., LocalFleet]]:
         options.setdefault("regions", ("fa",))
         options.setdefault("storage", "local")
         options.setdefault("model_dir", standin(1.0))
+        options.setdefault("animator", STANDIN)
         options["worker_env"] = {**FAULT_WORKER_ENV, **options.get("worker_env", {})}
         fleet = LocalFleet(tmp_path / f"fleet{len(started)}", **options)
         started.append(fleet)

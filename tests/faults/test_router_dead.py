@@ -9,9 +9,9 @@ from collections.abc import Callable
 import pytest
 
 from animfleet.jobs import JobState
-from animfleet.localfleet import LocalFleet
 from dispatcher import Client
 from tests.faults.conftest import settle, standin, wait_until
+from tools.localfleet import LocalFleet
 
 pytestmark = pytest.mark.faults
 

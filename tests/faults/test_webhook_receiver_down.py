@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from animfleet.jobs import JobState
-from animfleet.localfleet import LocalFleet, free_port
 from dispatcher import Client
 from tests.faults.conftest import settle, standin, wait_until
+from tools.localfleet import LocalFleet, free_port
 
 pytestmark = pytest.mark.faults
 

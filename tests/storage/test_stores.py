@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from animfleet.localfleet import S3_ACCESS_KEY, S3_SECRET_KEY, LocalFleet
 from storage import ObjectStore, StorageError, StorageUnavailable, output_key
 from storage.local import LocalStore
 from storage.s3 import S3Store
+from tools.localfleet import S3_ACCESS_KEY, S3_SECRET_KEY, LocalFleet
 
 
 @pytest.fixture(params=["local", "s3"])

@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from animfleet.jobs import JobParams, JobRecord, JobState, new_job_id
-from animfleet.jobstore import JobStore
+from animfleet.region.jobstore import JobStore
 from animfleet.topology import Region
 from storage.local import LocalStore
-from workers.animate import JobRunner
-from workers.pipeline.standin import StandinAnimator
+from tests.fixtures.standin import StandinAnimator
+from workers.runner import JobRunner
 from workers.settings import WorkerSettings
 
 PARAMS = JobParams(prompt="pan", frames=2, fps=8, width=32, height=32, seed=0)

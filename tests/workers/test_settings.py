@@ -2,7 +2,7 @@ import pytest
 from pydantic import ValidationError
 
 from animfleet.topology import Region
-from workers.app import celery_config
+from workers.celery_app import celery_config
 from workers.settings import WorkerSettings
 
 

@@ -22,9 +22,9 @@ from kombu import Queue
 
 from animfleet import logs
 from animfleet.constants import WEBHOOK_QUEUE_PREFIX, WEBHOOK_TASK, WEBHOOKS_ALIVE_KEY
-from animfleet.jobstore import JobStore
 from animfleet.metrics import port_from_env, serve
 from animfleet.netguard import NetGuard
+from animfleet.region.jobstore import JobStore
 from animfleet.topology import Region
 from storage import open_store
 from workers.webhooks.schedule import DueSet

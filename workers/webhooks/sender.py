@@ -13,11 +13,11 @@ import httpx
 import structlog
 
 from animfleet.constants import WEBHOOK_DELIVERY_KEY
-from animfleet.events import DELIVERY_TTL_S, DeliveryState, WebhookDelivery
 from animfleet.jobs import JobRecord, WebhookAttempt
-from animfleet.jobstore import JobNotFound, JobStore
 from animfleet.jobview import job_view
 from animfleet.netguard import BlockedURL, FetchFailed, NetGuard
+from animfleet.region.jobstore import JobNotFound, JobStore
+from animfleet.region.outbox import DELIVERY_TTL_S, DeliveryState, WebhookDelivery
 from storage import ObjectStore
 from workers.metrics import WEBHOOK_DELIVERIES
 from workers.webhooks.schedule import DueSet

@@ -10,9 +10,9 @@ from contextlib import AbstractContextManager, contextmanager
 import pytest
 import uvicorn
 
-from animfleet.localfleet import free_port
 from dispatcher import Client
 from dispatcher.gateway import GatewaySettings, create_app
+from tools.localfleet import free_port
 
 
 @contextmanager

@@ -16,12 +16,12 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 
-from animfleet.localfleet import LocalFleet
 from animfleet.netguard import NetGuard
 from animfleet.topology import Topology
 from dispatcher import Client
 from dispatcher.admission import AdmissionSettings
 from dispatcher.gateway import GatewaySettings
+from tools.localfleet import LocalFleet
 
 
 @pytest.fixture(scope="module")

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import redis
 
-from animfleet import events
 from animfleet.jobs import JobParams, JobRecord, JobState
-from animfleet.jobstore import JobStore
 from animfleet.netguard import NetGuard
+from animfleet.region import outbox
+from animfleet.region.jobstore import JobStore
 from workers.webhooks.schedule import DueSet
 from workers.webhooks.sender import Sender
 from workers.webhooks.settings import WebhookSettings
@@ -136,11 +136,11 @@ def test_events_follow_the_filter_and_progress_is_throttled() -> None:
     before.transition(JobState.RUNNING)
     after = before.model_copy(deep=True)
     after.progress.step, after.progress.total = 1, 8
-    assert events.events_for(before, after, 100.0) == [("job.progress", 10_001)]
+    assert outbox.events_for(before, after, 100.0) == [("job.progress", 10_001)]
     again = after.model_copy(deep=True)
     again.progress.step = 2
-    assert events.events_for(after, again, 100.5) == []  # within the throttle interval
+    assert outbox.events_for(after, again, 100.5) == []  # within the throttle interval
     again.progress.step = 8
-    assert events.events_for(after, again, 100.6) == [("job.progress", 10_008)]  # the last step
+    assert outbox.events_for(after, again, 100.6) == [("job.progress", 10_008)]  # the last step
     after.webhook_events = ["completed"]
-    assert events.events_for(before, after, 200.0) == []
+    assert outbox.events_for(before, after, 200.0) == []

@@ -1,0 +1,36 @@
+"""A tiny trained teacher and a tiny distillation config, for distillation and comparison."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tools.training.distill import DistillConfig
+from tools.training.train import TrainConfig, Trainer
+
+
+@pytest.fixture(scope="session")
+def teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("teacher")
+    trainer = Trainer(root / "run", TrainConfig(batch_size=2, size=16, block_out_channels=(8, 16)))
+    trainer.run(2)
+    return trainer.export(root / "model")
+
+
+def tiny(teacher: Path, **changes: object) -> DistillConfig:
+    config = DistillConfig(
+        teacher=str(teacher),
+        teacher_steps=4,
+        student_steps=2,
+        trajectories=4,
+        shard_size=2,
+        steps=3,
+        batch_size=2,
+        warmup_steps=1,
+        size=16,
+        num_frames=4,
+    )
+    for key, value in changes.items():
+        setattr(config, key, value)
+    return config

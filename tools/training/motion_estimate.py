@@ -1,0 +1,141 @@
+"""Measure and classify the global motion of a clip.
+
+For each frame, a Gauss-Newton (Lucas-Kanade) fit of a similarity transform — shift, log-scale,
+angle, in the conventions of :mod:`tools.training.motions` — that maps frame 0 onto it,
+started from the previous frame's estimate so motions larger than the gradient support are
+followed. The trajectory is then scored against every prompt motion and ``static``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from tools.training.motions import (
+    OSCILLATION_AMPLITUDE,
+    PAN_PER_FRAME,
+    ROTATE_PER_FRAME,
+    SPEEDS,
+    ZOOM_PER_FRAME,
+    Motion,
+)
+
+ITERATIONS = 12
+# A motion scores 1.0 when it is as large as the slowest prompted speed; below this it is static.
+STATIC_BELOW = 0.35
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """Per-frame similarity parameters relative to frame 0, each (F,)."""
+
+    shift_x: torch.Tensor
+    shift_y: torch.Tensor
+    log_scale: torch.Tensor
+    angle: torch.Tensor
+    residual: torch.Tensor  # mean |frame_f(warp(p)) - frame_0(p)| on [0, 1] intensities
+
+
+def _gray(video: torch.Tensor) -> torch.Tensor:
+    gray = video.float().mean(dim=1, keepdim=True)  # (F, 1, H, W)
+    kernel = torch.tensor([1.0, 4.0, 6.0, 4.0, 1.0]) / 16  # slight blur: smoother gradients
+    gray = F.conv2d(F.pad(gray, (2, 2, 0, 0), mode="replicate"), kernel.view(1, 1, 1, 5))
+    return F.conv2d(F.pad(gray, (0, 0, 2, 2), mode="replicate"), kernel.view(1, 1, 5, 1))
+
+
+def _grid(height: int, width: int) -> torch.Tensor:
+    ys = (torch.arange(height, dtype=torch.float32) + 0.5) / height * 2 - 1
+    xs = (torch.arange(width, dtype=torch.float32) + 0.5) / width * 2 - 1
+    gy, gx = torch.meshgrid(ys, xs, indexing="ij")
+    return torch.stack([gx, gy], dim=-1)  # (H, W, 2)
+
+
+def estimate(video: torch.Tensor) -> Trajectory:
+    """Similarity trajectory of a clip (F, 3, H, W) in [-1, 1] (or (F, H, W, 3) uint8)."""
+    if video.dtype == torch.uint8:
+        video = video.permute(0, 3, 1, 2).float() / 127.5 - 1
+    gray = (_gray(video) + 1) / 2
+    frames, _, height, width = gray.shape
+    points = _grid(height, width)
+    # Image gradients per normalised unit (the frame spans 2 units).
+    grad_x = torch.gradient(gray, dim=3)[0] * width / 2
+    grad_y = torch.gradient(gray, dim=2)[0] * height / 2
+    stacked = torch.cat([gray, grad_x, grad_y], dim=1)
+    params = torch.zeros(4)  # shift_x, shift_y, log_scale, angle
+    out = torch.zeros(frames, 4)
+    residuals = torch.zeros(frames)
+    for f in range(1, frames):
+        for _ in range(ITERATIONS):
+            residual, valid, jacobian = _linearise(stacked[f], gray[0, 0], points, params)
+            rows = jacobian[valid]
+            if rows.shape[0] < 16:
+                break
+            hessian = rows.T @ rows + 1e-4 * torch.eye(4)
+            delta = torch.linalg.solve(hessian, -rows.T @ residual[valid])
+            params = params + delta
+            if delta.abs().max() < 1e-4:
+                break
+        residual, valid, _ = _linearise(stacked[f], gray[0, 0], points, params)
+        residuals[f] = residual[valid].abs().mean() if valid.any() else 1.0
+        out[f] = params
+    return Trajectory(out[:, 0], out[:, 1], out[:, 2], out[:, 3], residuals)
+
+
+def _linearise(
+    frame: torch.Tensor, reference: torch.Tensor, points: torch.Tensor, params: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Residual, validity mask and Jacobian of frame(w(p)) - reference(p) at ``params``."""
+    tx, ty, zoom, angle = params.tolist()
+    scale = torch.exp(torch.tensor(zoom))
+    cos, sin = torch.cos(torch.tensor(angle)), torch.sin(torch.tensor(angle))
+    x, y = points[..., 0], points[..., 1]
+    rx, ry = scale * (cos * x - sin * y), scale * (sin * x + cos * y)
+    warped = torch.stack([rx + tx, ry + ty], dim=-1)
+    sampled = F.grid_sample(
+        frame[None], warped[None], mode="bilinear", padding_mode="border", align_corners=False
+    )[0]
+    value, gx, gy = sampled[0], sampled[1], sampled[2]
+    # Stay a pixel inside the frame: outside it the border padding has no real gradient.
+    margin = 1 - 2.0 / min(frame.shape[-2:])
+    valid = (warped.abs() < margin).all(dim=-1)
+    jacobian = torch.stack([gx, gy, gx * rx + gy * ry, -gx * ry + gy * rx], dim=-1)
+    return (value - reference).flatten(), valid.flatten(), jacobian.reshape(-1, 4)
+
+
+def scores(trajectory: Trajectory) -> dict[Motion, float]:
+    """How strongly the clip shows each motion, 1.0 = the slowest prompted speed."""
+    slow = SPEEDS["slow"]
+    frames = trajectory.shift_x.shape[0]
+    span = frames - 1
+    tx, ty = trajectory.shift_x, trajectory.shift_y
+    pan = PAN_PER_FRAME * slow * span
+    zoom = ZOOM_PER_FRAME * slow * span
+    rotate = ROTATE_PER_FRAME * slow * span
+    swing = OSCILLATION_AMPLITUDE * slow
+    final_x, final_y = float(tx[-1]), float(ty[-1])
+    # Oscillations: out and back, so the peak excursion exceeds the net displacement.
+    sway = float(torch.maximum(tx.max() - tx.clamp(min=0)[-1], -tx.min() + tx.clamp(max=0)[-1]))
+    bounce = float((-ty).max()) - abs(final_y)
+    zoom_final = float(trajectory.log_scale[-1])
+    angle_final = float(trajectory.angle[-1])
+    return {
+        Motion.PAN_LEFT: final_x / pan,
+        Motion.PAN_RIGHT: -final_x / pan,
+        Motion.PAN_UP: final_y / pan,
+        Motion.PAN_DOWN: -final_y / pan,
+        Motion.ZOOM_IN: zoom_final / zoom,
+        Motion.ZOOM_OUT: -zoom_final / zoom,
+        Motion.ROTATE_CW: angle_final / rotate,
+        Motion.ROTATE_CCW: -angle_final / rotate,
+        Motion.BOUNCE: bounce / swing,
+        Motion.SWAY: (sway - abs(final_x)) / swing,
+    }
+
+
+def classify(video: torch.Tensor) -> Motion:
+    """The motion a clip shows most strongly, or ``static`` if none reaches the threshold."""
+    ranked = scores(estimate(video))
+    best = max(ranked, key=lambda motion: ranked[motion])
+    return best if ranked[best] >= STATIC_BELOW else Motion.STATIC

@@ -1,0 +1,235 @@
+"""One job on one GPU: input -> pipeline -> MP4 -> storage; the record advanced at each step."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import structlog
+from billiard.exceptions import SoftTimeLimitExceeded
+from tenacity import Retrying, retry_if_exception_type, stop_before_delay, wait_random_exponential
+
+from animfleet.jobs import (
+    IllegalTransition,
+    JobCanceled,
+    JobError,
+    JobOutput,
+    JobRecord,
+    JobState,
+)
+from animfleet.region.jobstore import JobNotFound, JobStore, expire_if_overdue
+from animfleet.topology import Region
+from storage import ObjectInfo, ObjectStore, StorageError, StorageUnavailable, output_key
+from workers import metrics as worker_metrics
+from workers.encode import EncodeError, encode_mp4
+from workers.heartbeat import Heartbeat
+from workers.model import Animator, ModelError
+from workers.settings import WorkerSettings
+
+log = structlog.stdlib.get_logger("animfleet.worker")
+
+
+class JobFailed(Exception):
+    """Ends a job as ``failed`` with a machine-readable code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class JobRunner:
+    """Everything a worker process needs to run jobs; built once per process."""
+
+    region: Region
+    settings: WorkerSettings
+    store: JobStore
+    objects: ObjectStore
+    animator: Animator
+    worker_name: str
+    heartbeat: Heartbeat | None = None
+
+    def run(self, job_id: str) -> None:
+        """Run ``job_id`` to a terminal state; never raises for a job-level failure."""
+        if self.heartbeat:
+            self.heartbeat.busy(job_id)
+        try:
+            self._run(job_id)
+        finally:
+            if self.heartbeat:
+                self.heartbeat.busy(None)
+
+    def _run(self, job_id: str) -> None:
+        bound = log.bind(job_id=job_id, region=self.region.name, worker=self.worker_name)
+        try:
+            record = self.store.get(job_id)
+        except JobNotFound:
+            bound.error("job.record_missing")
+            return
+        if record.status.terminal:  # e.g. canceled or expired while queued: never starts
+            bound.info("job.already_terminal", status=record.status.value)
+            return
+        now = time.time()
+        if record.start_overdue(now):
+            try:
+                self.store.update(job_id, lambda current: expire_if_overdue(current, now))
+                bound.info("job.transition", status=JobState.EXPIRED.value)
+            except IllegalTransition:
+                pass
+            return
+        if record.attempts >= self.settings.max_deliveries:
+            self._finish(
+                bound,
+                job_id,
+                JobState.FAILED,
+                error=JobError(
+                    code="worker_lost",
+                    message=f"a worker died {record.attempts} times running this job; giving up",
+                ),
+            )
+            return
+        record = self._advance(bound, job_id, JobState.RUNNING)
+        bound = bound.bind(attempt=record.attempts)
+        try:
+            output, metrics = self._execute(record)
+        except JobCanceled as stop:
+            if stop.code == "deadline_exceeded":
+                self._finish(
+                    bound, job_id, JobState.CANCELED, JobError(code=stop.code, message=stop.message)
+                )
+            else:  # the record says canceled already
+                bound.info("job.stopped", reason=stop.code, step=stop.message)
+        except JobFailed as failure:
+            self._finish(
+                bound, job_id, JobState.FAILED, JobError(code=failure.code, message=failure.message)
+            )
+        except SoftTimeLimitExceeded:
+            self._finish(
+                bound,
+                job_id,
+                JobState.FAILED,
+                JobError(
+                    code="timeout", message=f"job ran past {self.settings.soft_time_limit_s}s"
+                ),
+            )
+        except Exception as error:  # a bug: the user still gets a terminal state
+            bound.exception("job.internal_error")
+            self._finish(
+                bound,
+                job_id,
+                JobState.FAILED,
+                JobError(code="internal_error", message=f"{type(error).__name__}: {error}"),
+            )
+        else:
+            self._finish(bound, job_id, JobState.SUCCEEDED, output=output, metrics=metrics)
+
+    def _execute(self, record: JobRecord) -> tuple[JobOutput, dict[str, float]]:
+        image = self.store.input_image(record.id)
+        if image is None:
+            raise JobFailed("input_missing", "the job's input image is no longer stored")
+        params = record.params
+
+        def on_step(step: int, total: int) -> None:
+            """Record progress; stop the job (raising) if it was canceled or ran past its
+            deadline, so the GPU is free for the next job after at most one more step."""
+
+            def progress(current: JobRecord) -> None:
+                if current.status is not JobState.RUNNING:
+                    raise JobCanceled(current.status.value, f"{current.status.value} at {step}")
+                if current.deadline is not None and time.time() > current.deadline:
+                    raise JobCanceled(
+                        "deadline_exceeded", f"ran past its deadline (step {step} of {total})"
+                    )
+                current.progress.step, current.progress.total = step, total
+
+            self.store.update(record.id, progress)
+
+        started = time.perf_counter()
+        try:
+            frames = self.animator.animate(image, params, on_step)
+        except ModelError as error:
+            raise JobFailed("model_error", str(error)) from error
+        inferred = time.perf_counter()
+        try:
+            video = encode_mp4(frames, params.fps)
+        except EncodeError as error:
+            raise JobFailed("encode_error", str(error)) from error
+        encoded = time.perf_counter()
+        key = output_key(self.region.storage.prefix, record.id)
+        info = self._upload(key, video)
+        uploaded = time.perf_counter()
+        output = JobOutput(
+            key=info.key,
+            bytes=info.size,
+            content_type=info.content_type,
+            frames=int(frames.shape[0]),
+            fps=params.fps,
+            width=int(frames.shape[2]),
+            height=int(frames.shape[1]),
+        )
+        metrics = {
+            "inference_time": inferred - started,
+            "encode_time": encoded - inferred,
+            "upload_time": uploaded - encoded,
+        }
+        return output, metrics
+
+    def _upload(self, key: str, video: bytes) -> ObjectInfo:
+        retrying = Retrying(
+            retry=retry_if_exception_type(StorageUnavailable),
+            wait=wait_random_exponential(multiplier=0.5, max=10),
+            stop=stop_before_delay(self.settings.upload_retry_s),
+            before_sleep=lambda _: worker_metrics.UPLOAD_RETRIES.labels(self.region.name).inc(),
+            reraise=True,
+        )
+        try:
+            info: ObjectInfo = retrying(self.objects.put, key, video, "video/mp4")
+            return info
+        except StorageUnavailable as error:
+            raise JobFailed("storage_unavailable", f"upload kept failing: {error}") from error
+        except StorageError as error:
+            raise JobFailed("storage_error", str(error)) from error
+
+    def _advance(
+        self, bound: structlog.stdlib.BoundLogger, job_id: str, state: JobState
+    ) -> JobRecord:
+        def change(record: JobRecord) -> None:
+            record.transition(state)
+            record.worker = self.worker_name
+            record.progress.step = 0
+
+        record = self.store.update(job_id, change)
+        bound.info("job.transition", status=state.value, attempts=record.attempts)
+        worker_metrics.job_started(record)
+        return record
+
+    def _finish(
+        self,
+        bound: structlog.stdlib.BoundLogger,
+        job_id: str,
+        state: JobState,
+        error: JobError | None = None,
+        output: JobOutput | None = None,
+        metrics: dict[str, float] | None = None,
+    ) -> None:
+        def change(record: JobRecord) -> None:
+            record.transition(state)
+            record.error, record.output = error, output
+            for name, value in (metrics or {}).items():
+                setattr(record.metrics, name, value)
+
+        try:
+            record = self.store.update(job_id, change)
+        except IllegalTransition as refused:  # e.g. canceled while it ran: that state stands
+            bound.warning("job.finish_refused", wanted=state.value, reason=str(refused))
+            return
+        worker_metrics.job_finished(record)
+        bound.info(
+            "job.transition",
+            status=state.value,
+            attempts=record.attempts,
+            error_code=error.code if error else None,
+            output_key=output.key if output else None,
+            **record.metrics.model_dump(exclude_none=True),
+        )
