@@ -1,4 +1,4 @@
-"""Issue 4's bar for the spike scenario, checked on the runs of ``animfleet simulate spike``.
+"""The targets for the spike scenario, checked on the runs of ``animfleet simulate spike``.
 
 The production router with backoff must hold the spike: success >= 99.9%, cross-region share at
 most the excess over home capacity + 5 points, p99 at most 1.5x the unloaded p99 (all for the

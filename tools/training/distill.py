@@ -27,11 +27,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -39,12 +38,11 @@ from tqdm import tqdm
 
 from tools.training.data import training_sample
 from tools.training.evaluate import load_pipeline
-from tools.training.loop import run_steps, update_ema
+from tools.training.loop import RunState, TrainingRun, run_config
 from workers.model.motion_unet import MotionUNet
 from workers.model.pipeline import AnimationPipeline
 from workers.model.serving import SERVING_FILE
 
-CHECKPOINT = "checkpoint.pt"
 TARGETS = "targets"
 FPS = 8
 # Distillation scenes are drawn far past the indices the teacher trained on.
@@ -74,20 +72,10 @@ class DistillConfig:
     size: int = 32
     num_frames: int = 8
 
-    @classmethod
-    def from_json(cls, text: str) -> DistillConfig:
-        loaded = json.loads(text)
-        for key in ("image_guidance", "text_guidance", "serving_guidance"):
-            loaded[key] = tuple(loaded[key])
-        return cls(**loaded)
-
 
 @dataclass
-class DistillState:
-    step: int = 0
-    seconds: float = 0.0
-    target_seconds: float = 0.0
-    losses: list[tuple[int, float]] = field(default_factory=list)
+class DistillState(RunState):
+    target_seconds: float = 0.0  # spent sampling the teacher, apart from training ``seconds``
 
 
 @dataclass
@@ -132,38 +120,43 @@ def make_student(teacher: AnimationPipeline, seed: int) -> AnimationPipeline:
     )
 
 
-class Distiller:
-    """Owns a distillation run: its teacher, student, EMA copy, optimiser and directory."""
+class Distiller(TrainingRun[DistillConfig, DistillState]):
+    """A distillation run: the teacher, its targets and the student (the base's ``pipe``)."""
+
+    desc = "distill"
+    loss_format = ".2e"
+    plot_labels: ClassVar[dict[str, str]] = {
+        "ylabel": "MSE to the teacher's guided sample",
+        "title": "animfleet-small-distilled: distillation loss",
+    }
+    weights_key = "student"
+    bare_weights = True
 
     def __init__(self, run_dir: Path, config: DistillConfig | None = None) -> None:
-        self.run_dir = run_dir
-        saved = run_dir / "config.json"
-        if saved.exists():
-            loaded = DistillConfig.from_json(saved.read_text())
-            if config is not None and config != loaded:
-                raise ValueError(f"{run_dir} was started with another config: {asdict(loaded)}")
-            config = loaded
-        self.config = config or DistillConfig()
-        self.teacher = load_pipeline(Path(self.config.teacher))
-        self.student = make_student(self.teacher, self.config.seed)
-        self.ema = make_student(self.teacher, self.config.seed)
-        for module in (self.teacher.unet, self.teacher.text_encoder, self.ema.unet):
+        config = run_config(run_dir, config, DistillConfig)
+        self.teacher = load_pipeline(Path(config.teacher))
+        student = make_student(self.teacher, config.seed)
+        ema = make_student(self.teacher, config.seed)
+        for module in (self.teacher.unet, self.teacher.text_encoder, ema.unet):
             module.requires_grad_(False)
-        self.optimizer = torch.optim.AdamW(
-            self.student.unet.parameters(), lr=self.config.learning_rate, weight_decay=0.0
-        )
         alphas = self.teacher.scheduler.alphas_cumprod.double()
         every = (torch.arange(len(alphas)), alphas.sqrt().float(), (1 - alphas).sqrt().float())
         # States trained on: the student's schedule (half), the half-length one, any timestep.
         scheduler = self.teacher.scheduler
         self.state_pools = [
-            schedule_states(scheduler, self.config.student_steps),
-            schedule_states(scheduler, max(1, self.config.student_steps // 2)),
+            schedule_states(scheduler, config.student_steps),
+            schedule_states(scheduler, max(1, config.student_steps // 2)),
             every,
         ]
-        self.state = DistillState()
-        if (run_dir / CHECKPOINT).exists():
-            self._load()
+        super().__init__(run_dir, config, student, ema, DistillState(), weight_decay=0.0)
+
+    @property
+    def student(self) -> AnimationPipeline:
+        """The pipeline being trained (the base's ``pipe``)."""
+        return self.pipe
+
+    def _trained(self, pipe: AnimationPipeline) -> list[torch.nn.Module]:
+        return [pipe.unet]  # the text encoder is the teacher's, frozen
 
     # -- stage 1: the teacher's guided samples ------------------------------------------------
 
@@ -279,73 +272,19 @@ class Distiller:
         """Train until ``config.steps`` (or ``stop_at``, or ``minutes`` of this stretch)."""
         targets = self.load_targets()
         self.student.unet.train()
-        run_steps(
-            self.state,
+        self._run(
+            lambda step: self.loss(step, targets),
             min(self.config.steps, stop_at or self.config.steps),
-            lambda: self._train_step(targets),
-            self.save,
-            total=self.config.steps,
-            desc="distill",
-            minutes=minutes,
-            checkpoint_every=checkpoint_every,
-            loss_format=".2e",
+            self.config.steps,
+            minutes,
+            checkpoint_every,
         )
 
-    def _train_step(self, targets: Targets) -> float:
-        step = self.state.step
-        for group in self.optimizer.param_groups:
-            group["lr"] = self._learning_rate(step)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss = self.loss(step, targets)
-        loss.backward()  # type: ignore[no-untyped-call]
-        torch.nn.utils.clip_grad_norm_(self.student.unet.parameters(), 1.0)
-        self.optimizer.step()
-        update_ema([self.student.unet], [self.ema.unet], step, self.config.ema_decay)
-        self.state.step += 1
-        return loss.item()
+    # -- export ------------------------------------------------------------------------------
 
-    # -- state --------------------------------------------------------------------------------
-
-    def save(self) -> None:
-        """Write the checkpoint atomically (a kill mid-write leaves the previous one)."""
-        from tools.training.plots import plot_loss
-
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.json").write_text(json.dumps(asdict(self.config), indent=2))
-        payload: dict[str, Any] = {
-            "student": self.student.unet.state_dict(),
-            "ema": self.ema.unet.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "state": asdict(self.state),
-        }
-        tmp = self.run_dir / (CHECKPOINT + ".tmp")
-        torch.save(payload, tmp)
-        os.replace(tmp, self.run_dir / CHECKPOINT)
-        if self.state.losses:
-            plot_loss(
-                self.state.losses,
-                self.run_dir / "loss.png",
-                ylabel="MSE to the teacher's guided sample",
-                title="animfleet-small-distilled: distillation loss",
-            )
-
-    def _load(self) -> None:
-        payload = torch.load(self.run_dir / CHECKPOINT, weights_only=False)
-        self.student.unet.load_state_dict(payload["student"])
-        self.ema.unet.load_state_dict(payload["ema"])
-        self.optimizer.load_state_dict(payload["optimizer"])
-        state = payload["state"]
-        self.state = DistillState(
-            step=state["step"],
-            seconds=state["seconds"],
-            target_seconds=state["target_seconds"],
-            losses=[(int(s), float(v)) for s, v in state["losses"]],
-        )
-
-    def export(self, directory: Path) -> Path:
-        """Save the EMA student as a ``from_pretrained`` directory with its ``serving.json``."""
+    def _describe(self, directory: Path) -> None:
+        """``serving.json`` (how workers run the student) and ``distillation.json``."""
         cfg = self.config
-        self.ema.save_pretrained(directory, safe_serialization=True)
         serving = {
             "image_guidance_scale": cfg.serving_guidance[0],
             "text_guidance_scale": cfg.serving_guidance[1],
@@ -363,6 +302,3 @@ class Distiller:
             "config": asdict(cfg),
         }
         (directory / "distillation.json").write_text(json.dumps(summary, indent=2) + "\n")
-        if (self.run_dir / "loss.png").exists():
-            shutil.copyfile(self.run_dir / "loss.png", directory / "loss.png")
-        return directory

@@ -1,21 +1,188 @@
-"""What every training run here shares: the resumable step loop and the EMA update."""
+"""What every training run here shares: the resumable run (weights, EMA copy, optimiser,
+checkpoint, export), its step loop and the EMA update."""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
-from typing import Protocol
+from dataclasses import Field, asdict, dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 import torch
 from tqdm import tqdm
 
+if TYPE_CHECKING:
+    from workers.model.pipeline import AnimationPipeline
+
 LOSS_WINDOW = 25  # steps averaged into one point of the loss curve
+CHECKPOINT = "checkpoint.pt"
 
 
-class RunState(Protocol):
-    step: int
-    seconds: float
-    losses: list[tuple[int, float]]
+@dataclass
+class RunState:
+    """Progress of a run, saved in its checkpoint."""
+
+    step: int = 0
+    seconds: float = 0.0
+    losses: list[tuple[int, float]] = field(default_factory=list)
+
+
+class RunConfig(Protocol):
+    """What the shared run needs of a config: a dataclass with these hyper-parameters."""
+
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
+    learning_rate: float
+    ema_decay: float
+
+
+C = TypeVar("C", bound=RunConfig)
+S = TypeVar("S", bound=RunState)
+
+
+def run_config(run_dir: Path, config: C | None, config_type: type[C]) -> C:
+    """The config saved in ``run_dir`` if any (``config``, when given, must equal it), else
+    ``config`` or the defaults. JSON has no tuples: every list field is read back as one."""
+    saved = run_dir / "config.json"
+    if not saved.exists():
+        return config or config_type()
+    loaded = json.loads(saved.read_text())
+    found = config_type(**{k: tuple(v) if isinstance(v, list) else v for k, v in loaded.items()})
+    if config is not None and config != found:
+        raise ValueError(f"{run_dir} was started with another config: {asdict(found)}")
+    return found
+
+
+class TrainingRun(ABC, Generic[C, S]):
+    """A resumable run in one directory: the pipeline being trained, its EMA copy (what is
+    exported), the AdamW optimiser, and the checkpoint that holds all three with the progress.
+
+    Subclasses choose the trained modules, the learning-rate schedule, the loss (through
+    :meth:`_run`) and what is written beside the exported weights.
+    """
+
+    desc = "train"  # progress bar label
+    loss_format = ".4f"
+    plot_labels: ClassVar[dict[str, str]] = {}  # ylabel/title of loss.png, else plot_loss's
+    weights_key = "model"  # checkpoint key of the live weights
+    # Store the one trained module's state dict as is, not in a list (the distiller's layout).
+    bare_weights = False
+
+    def __init__(
+        self,
+        run_dir: Path,
+        config: C,
+        pipe: AnimationPipeline,
+        ema: AnimationPipeline,
+        state: S,
+        weight_decay: float,
+    ) -> None:
+        self.run_dir = run_dir
+        self.config = config
+        self.pipe = pipe
+        self.ema = ema
+        # The EMA starts as the live weights, whatever the two builds drew.
+        for module, average in zip(self._trained(pipe), self._trained(ema), strict=True):
+            average.load_state_dict(module.state_dict())
+        self.params = [p for module in self._trained(pipe) for p in module.parameters()]
+        self.optimizer = torch.optim.AdamW(
+            self.params, lr=config.learning_rate, weight_decay=weight_decay
+        )
+        self.state = state
+        if (run_dir / CHECKPOINT).exists():
+            self._load()
+
+    @abstractmethod
+    def _trained(self, pipe: AnimationPipeline) -> list[torch.nn.Module]:
+        """The modules of ``pipe`` that the optimiser updates (and the EMA follows)."""
+
+    @abstractmethod
+    def _learning_rate(self, step: int) -> float: ...
+
+    @abstractmethod
+    def _describe(self, directory: Path) -> None:
+        """Write what the export carries besides the weights (the run's summary)."""
+
+    def train_step(self, loss: Callable[[int], torch.Tensor]) -> float:
+        """One optimiser step on ``loss(step)``, then the EMA update; returns the loss."""
+        step = self.state.step
+        for group in self.optimizer.param_groups:
+            group["lr"] = self._learning_rate(step)
+        self.optimizer.zero_grad(set_to_none=True)
+        value = loss(step)
+        value.backward()  # type: ignore[no-untyped-call]
+        torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+        self.optimizer.step()
+        update_ema(self._trained(self.pipe), self._trained(self.ema), step, self.config.ema_decay)
+        self.state.step += 1
+        return value.item()
+
+    def _run(
+        self,
+        loss: Callable[[int], torch.Tensor],
+        until: int,
+        total: int,
+        minutes: float | None,
+        checkpoint_every: int,
+    ) -> None:
+        run_steps(
+            self.state,
+            until,
+            lambda: self.train_step(loss),
+            self.save,
+            total=total,
+            desc=self.desc,
+            minutes=minutes,
+            checkpoint_every=checkpoint_every,
+            loss_format=self.loss_format,
+        )
+
+    def save(self) -> None:
+        """Write the checkpoint atomically (a kill mid-write leaves the previous one)."""
+        from tools.training.plots import plot_loss  # matplotlib only when a run saves
+
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "config.json").write_text(json.dumps(asdict(self.config), indent=2))
+        payload: dict[str, Any] = {
+            self.weights_key: self._pack(self.pipe),
+            "ema": self._pack(self.ema),
+            "optimizer": self.optimizer.state_dict(),
+            "state": asdict(self.state),
+        }
+        tmp = self.run_dir / (CHECKPOINT + ".tmp")
+        torch.save(payload, tmp)
+        os.replace(tmp, self.run_dir / CHECKPOINT)
+        if self.state.losses:
+            plot_loss(self.state.losses, self.run_dir / "loss.png", **self.plot_labels)
+
+    def _pack(self, pipe: AnimationPipeline) -> Any:
+        weights = [module.state_dict() for module in self._trained(pipe)]
+        return weights[0] if self.bare_weights else weights
+
+    def _load(self) -> None:
+        payload = torch.load(self.run_dir / CHECKPOINT, weights_only=False)
+        for pipe, key in ((self.pipe, self.weights_key), (self.ema, "ema")):
+            saved = [payload[key]] if self.bare_weights else payload[key]
+            for module, weights in zip(self._trained(pipe), saved, strict=True):
+                module.load_state_dict(weights)
+        self.optimizer.load_state_dict(payload["optimizer"])
+        saved_state = payload["state"]
+        values = {f.name: saved_state[f.name] for f in fields(self.state)}
+        values["losses"] = [(int(s), float(v)) for s, v in saved_state["losses"]]
+        self.state = type(self.state)(**values)
+
+    def export(self, directory: Path) -> Path:
+        """Save the EMA weights as a ``from_pretrained`` directory, with the run's summary
+        and loss curve."""
+        self.ema.save_pretrained(directory, safe_serialization=True)
+        self._describe(directory)
+        if (self.run_dir / "loss.png").exists():
+            shutil.copyfile(self.run_dir / "loss.png", directory / "loss.png")
+        return directory
 
 
 def run_steps(

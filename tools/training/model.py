@@ -11,7 +11,8 @@ from workers.model.pixel_codec import PixelCodec
 
 
 def build_scheduler() -> DPMSolverMultistepScheduler:
-    """DPM-Solver++ as in REFERENCE.md, on a model that predicts the clean clip."""
+    """Second-order DPM-Solver++ on log-SNR-spaced steps down to noise level zero, for a model
+    that predicts the clean clip."""
     return DPMSolverMultistepScheduler(
         num_train_timesteps=1000,
         beta_schedule="scaled_linear",

@@ -9,21 +9,16 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from tools.training.data import training_batch
-from tools.training.loop import run_steps, update_ema
+from tools.training.loop import RunState, TrainingRun, run_config
 from tools.training.model import build_small_pipeline
 from workers.model.pipeline import AnimationPipeline
-
-CHECKPOINT = "checkpoint.pt"
 
 
 @dataclass
@@ -49,40 +44,17 @@ class TrainConfig:
     decay_steps: int = 2000
 
 
-@dataclass
-class TrainState:
-    step: int = 0
-    seconds: float = 0.0
-    losses: list[tuple[int, float]] = field(default_factory=list)
-
-
-class Trainer:
-    """Owns the pipeline being trained, its EMA copy, the optimiser and the run directory."""
+class Trainer(TrainingRun[TrainConfig, RunState]):
+    """Trains the small pipeline's U-Net and text encoder on denoising with flow supervision."""
 
     def __init__(self, run_dir: Path, config: TrainConfig | None = None) -> None:
-        self.run_dir = run_dir
-        saved = run_dir / "config.json"
-        if saved.exists():
-            loaded = json.loads(saved.read_text())
-            loaded["block_out_channels"] = tuple(loaded["block_out_channels"])
-            if config is not None and asdict(config) != loaded:
-                raise ValueError(f"{run_dir} was started with another config: {loaded}")
-            config = TrainConfig(**loaded)
-        self.config = config or TrainConfig()
-        self.pipe = build_small_pipeline(self.config.seed, self.config.block_out_channels)
-        self.ema = build_small_pipeline(self.config.seed, self.config.block_out_channels)
-        self.ema.unet.load_state_dict(self.pipe.unet.state_dict())
-        self.ema.text_encoder.load_state_dict(self.pipe.text_encoder.state_dict())
-        self.params = [*self.pipe.unet.parameters(), *self.pipe.text_encoder.parameters()]
-        self.optimizer = torch.optim.AdamW(
-            self.params, lr=self.config.learning_rate, weight_decay=self.config.weight_decay
-        )
-        alphas = self.pipe.scheduler.alphas_cumprod.float()
+        config = run_config(run_dir, config, TrainConfig)
+        pipe = build_small_pipeline(config.seed, config.block_out_channels)
+        ema = build_small_pipeline(config.seed, config.block_out_channels)
+        alphas = pipe.scheduler.alphas_cumprod.float()
         self.alpha = alphas.sqrt()
         self.sigma = (1 - alphas).sqrt()
-        self.state = TrainState()
-        if (run_dir / CHECKPOINT).exists():
-            self._load()
+        super().__init__(run_dir, config, pipe, ema, RunState(), config.weight_decay)
 
     def schedule_decay(self, decay_from: int, decay_steps: int) -> None:
         """Add a learning-rate decay to a run that has not reached it yet.
@@ -147,67 +119,12 @@ class Trainer:
             rate *= 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
         return rate
 
-    def train_step(self) -> float:
-        step = self.state.step
-        for group in self.optimizer.param_groups:
-            group["lr"] = self._learning_rate(step)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss = self.loss(step)
-        loss.backward()  # type: ignore[no-untyped-call]
-        torch.nn.utils.clip_grad_norm_(self.params, 1.0)
-        self.optimizer.step()
-        update_ema(self._trained(self.pipe), self._trained(self.ema), step, self.config.ema_decay)
-        self.state.step += 1
-        return loss.item()
-
     def run(self, steps: int, minutes: float | None = None, checkpoint_every: int = 100) -> None:
         """Train until ``steps`` in total (or ``minutes`` of this stretch), checkpointing."""
-        run_steps(
-            self.state,
-            steps,
-            self.train_step,
-            self.save,
-            total=steps,
-            desc="train",
-            minutes=minutes,
-            checkpoint_every=checkpoint_every,
-        )
+        self._run(self.loss, steps, steps, minutes, checkpoint_every)
 
-    def save(self) -> None:
-        """Write the checkpoint atomically (a kill mid-write leaves the previous one)."""
-        from tools.training.plots import plot_loss
-
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.json").write_text(json.dumps(asdict(self.config), indent=2))
-        payload: dict[str, Any] = {
-            "model": [m.state_dict() for m in self._trained(self.pipe)],
-            "ema": [m.state_dict() for m in self._trained(self.ema)],
-            "optimizer": self.optimizer.state_dict(),
-            "state": asdict(self.state),
-        }
-        tmp = self.run_dir / (CHECKPOINT + ".tmp")
-        torch.save(payload, tmp)
-        os.replace(tmp, self.run_dir / CHECKPOINT)
-        if self.state.losses:
-            plot_loss(self.state.losses, self.run_dir / "loss.png")
-
-    def _load(self) -> None:
-        payload = torch.load(self.run_dir / CHECKPOINT, weights_only=False)
-        for module, weights in zip(self._trained(self.pipe), payload["model"], strict=True):
-            module.load_state_dict(weights)
-        for module, weights in zip(self._trained(self.ema), payload["ema"], strict=True):
-            module.load_state_dict(weights)
-        self.optimizer.load_state_dict(payload["optimizer"])
-        state = payload["state"]
-        self.state = TrainState(
-            step=state["step"],
-            seconds=state["seconds"],
-            losses=[(int(s), float(v)) for s, v in state["losses"]],
-        )
-
-    def export(self, directory: Path) -> Path:
-        """Save the EMA weights as a ``from_pretrained`` directory."""
-        self.ema.save_pretrained(directory, safe_serialization=True)
+    def _describe(self, directory: Path) -> None:
+        """``training.json``, which the model card (``card.py``) is written from."""
         summary = {
             "steps": self.state.step,
             "train_seconds": round(self.state.seconds, 1),
@@ -218,9 +135,6 @@ class Trainer:
             "config": asdict(self.config),
         }
         (directory / "training.json").write_text(json.dumps(summary, indent=2))
-        if (self.run_dir / "loss.png").exists():
-            shutil.copyfile(self.run_dir / "loss.png", directory / "loss.png")
-        return directory
 
 
 def steps_per_second(trainer: Trainer) -> float:

@@ -14,7 +14,7 @@ from tools.training.motion_estimate import classify
 from tools.training.motions import Motion
 from workers.model import Animator
 
-EXAMPLE = Path(__file__).parents[3] / "animfleet" / "assets" / "example.png"
+EXAMPLE = Path(__file__).parents[3] / "tools" / "assets" / "example.png"
 
 
 @pytest.fixture(scope="module")
