@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import logging
-import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
+from pydantic import field_validator
+from pydantic_settings import SettingsConfigDict
+
+from animfleet.settings import EnvSettings, load
 
 _SECRET_KEYS = ("password", "secret", "token", "authorization", "signature")
 
@@ -20,9 +24,28 @@ def _drop_secrets(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
     return event
 
 
+class LogEnv(EnvSettings):
+    model_config = SettingsConfigDict(env_prefix="ANIMFLEET_LOG_")
+
+    level: str = "INFO"
+
+    @field_validator("level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        value = value.strip().upper()
+        if value not in logging.getLevelNamesMapping():
+            raise ValueError("must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
+        return value
+
+
+def level_from_env(env: Mapping[str, str] | None = None) -> str:
+    """``ANIMFLEET_LOG_LEVEL`` (any case; INFO when unset)."""
+    return load(LogEnv, env).level
+
+
 def configure(level: str | None = None) -> None:
     """Route structlog and stdlib logging (Celery's own lines included) to JSON on stderr."""
-    level_name = (level or os.environ.get("ANIMFLEET_LOG_LEVEL", "INFO")).upper()
+    level_name = (level or level_from_env()).upper()
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,

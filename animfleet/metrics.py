@@ -12,6 +12,10 @@ import shutil
 import sys
 import tempfile
 
+from pydantic import Field
+
+from animfleet.settings import EnvSettings, load
+
 # No prometheus_client import at module level: use_multiprocess_dir() must run before it.
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -19,10 +23,21 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200)
 
 
+class MetricsPortEnv(EnvSettings):
+    """One ``*_PORT`` variable; its name less ``PORT`` is given as the prefix when read."""
+
+    port: int | None = Field(default=None, ge=0, le=65535)
+
+
 def port_from_env(name: str) -> int | None:
-    """The port in ``$name`` (e.g. ``ANIMFLEET_ROUTER_METRICS_PORT``); ``None`` when unset/0."""
-    raw = os.environ.get(name, "").strip()
-    return int(raw) or None if raw else None
+    """The port in ``$name`` (e.g. ``ANIMFLEET_ROUTER_METRICS_PORT``); ``None`` when unset/0.
+
+    Raises :class:`animfleet.settings.SettingsError` when it is not a port number."""
+    if not name.upper().endswith("PORT"):
+        raise ValueError(f"a port variable's name ends in PORT, got {name!r}")
+    # pydantic-settings reads ``prefix + field``: the name splits into a prefix and ``port``.
+    port = load(MetricsPortEnv, env_prefix=name[: -len("PORT")]).port
+    return port or None
 
 
 def use_multiprocess_dir() -> str:

@@ -11,17 +11,19 @@ backoff and finally raises :class:`dispatcher.admission.AtCapacity`.
 from __future__ import annotations
 
 import json
-import os
 import random
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import redis
 import structlog
+from pydantic import Field, model_validator
+from pydantic_settings import SettingsConfigDict
 
-from animfleet.constants import ROUTING_KEY
+from animfleet.region.keys import ROUTING_KEY
+from animfleet.settings import EnvSettings, load
 from dispatcher.admission import (
     AdmissionSettings,
     RetrySchedule,
@@ -38,15 +40,38 @@ log = structlog.stdlib.get_logger("animfleet.dispatcher")
 UNKNOWN_CAPACITY = 1 << 30  # a region the router has not reported: let its own script decide
 
 
+class AdmissionEnv(EnvSettings):
+    """``ANIMFLEET_ADMISSION_<FIELD>`` for each :class:`AdmissionSettings` field (documented
+    there), checked here so that a bad value names its variable."""
+
+    model_config = SettingsConfigDict(env_prefix="ANIMFLEET_ADMISSION_")
+
+    allowance: float = Field(default=AdmissionSettings.allowance, ge=0, le=1)
+    retry_budget_s: float = Field(default=AdmissionSettings.retry_budget_s, ge=0)
+    max_attempts: int = Field(default=AdmissionSettings.max_attempts, ge=1)
+    backoff_initial_s: float = Field(default=AdmissionSettings.backoff_initial_s, gt=0)
+    backoff_max_s: float = Field(default=AdmissionSettings.backoff_max_s, gt=0)
+    hot_utilization: float = Field(default=AdmissionSettings.hot_utilization, gt=0)
+    execution_delay_share: float = Field(
+        default=AdmissionSettings.execution_delay_share, ge=0, le=1
+    )
+    execution_delay_max_s: float = Field(default=AdmissionSettings.execution_delay_max_s, ge=0)
+
+    @model_validator(mode="after")
+    def _window_grows(self) -> AdmissionEnv:
+        if self.backoff_max_s < self.backoff_initial_s:
+            raise ValueError(
+                f"{self.env_name('backoff_max_s')}={self.backoff_max_s:g} must be at least "
+                f"{self.env_name('backoff_initial_s')}={self.backoff_initial_s:g}"
+            )
+        return self
+
+
 def admission_settings_from_env(env: Mapping[str, str] | None = None) -> AdmissionSettings:
-    """``ANIMFLEET_ADMISSION_<FIELD>`` overrides, e.g. ``ANIMFLEET_ADMISSION_RETRY_BUDGET_S``."""
-    env = os.environ if env is None else env
-    values: dict[str, float | int] = {}
-    for spec in fields(AdmissionSettings):
-        raw = env.get(f"ANIMFLEET_ADMISSION_{spec.name.upper()}")
-        if raw is not None:
-            values[spec.name] = int(raw) if spec.type in ("int", int) else float(raw)
-    return AdmissionSettings(**values)  # type: ignore[arg-type]
+    """``ANIMFLEET_ADMISSION_<FIELD>`` overrides, e.g. ``ANIMFLEET_ADMISSION_RETRY_BUDGET_S``.
+
+    Raises :class:`animfleet.settings.SettingsError`."""
+    return AdmissionSettings(**load(AdmissionEnv, env).model_dump())
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ home-only once that table is stale).
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -17,10 +16,13 @@ from typing import Any
 
 import redis
 import structlog
+from pydantic import Field, field_validator
+from pydantic_settings import SettingsConfigDict
 
-from animfleet.constants import ROUTING_KEY
 from animfleet.metrics import port_from_env, serve
+from animfleet.region.keys import ROUTING_KEY
 from animfleet.region.status import RegionStatus, read_region_status
+from animfleet.settings import EnvSettings, load
 from animfleet.topology import Topology
 from dispatcher import metrics
 from dispatcher.routing import (
@@ -50,20 +52,59 @@ def table_document(table: RoutingTable, loads: dict[str, RegionLoad]) -> str:
     )
 
 
+class RoutingEnv(EnvSettings):
+    """``ANIMFLEET_ROUTING_<FIELD>`` for the :class:`RoutingSettings` thresholds (documented
+    there) and ``ANIMFLEET_ROUTING_RINGS``, checked here so that a bad value names its variable.
+    ``None``: :class:`RoutingSettings`' default."""
+
+    model_config = SettingsConfigDict(env_prefix="ANIMFLEET_ROUTING_")
+
+    home_target: float | None = Field(default=None, gt=0, le=1)
+    spill_target: float | None = Field(default=None, gt=0, le=1)
+    step: float | None = Field(default=None, gt=0, le=1)
+    max_share_change: float | None = Field(default=None, gt=0, le=1)
+    min_share: float | None = Field(default=None, ge=0, lt=0.5)
+    # "latency_ms:pressure" pairs, innermost first: "60:0,150:1.1,300:1.3,inf:1.6".
+    rings: tuple[tuple[float, float], ...] | None = None
+
+    @field_validator("rings", mode="before")
+    @classmethod
+    def _split_rings(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        rings = [ring.strip().split(":") for ring in value.split(",") if ring.strip()]
+        if any(len(ring) != 2 for ring in rings):
+            raise ValueError("each ring is latency_ms:pressure, e.g. 60:0,150:1.1,inf:1.6")
+        return tuple(tuple(ring) for ring in rings)
+
+    @field_validator("rings")
+    @classmethod
+    def _rings_ordered(
+        cls, value: tuple[tuple[float, float], ...] | None
+    ) -> tuple[tuple[float, float], ...] | None:
+        if value is None:
+            return value
+        bounds = [ms for ms, _ in value]
+        if not bounds:
+            raise ValueError("needs at least one ring")
+        if bounds != sorted(bounds):
+            raise ValueError(f"rings must be ordered by latency bound, got {bounds}")
+        return value
+
+    def routing_settings(self) -> RoutingSettings:
+        values: dict[str, Any] = self.model_dump(exclude_none=True, exclude={"rings"})
+        if self.rings is not None:
+            values["rings"] = tuple(Ring(ms, pressure) for ms, pressure in self.rings)
+        return RoutingSettings(**values)
+
+
 def routing_settings_from_env(env: Mapping[str, str] | None = None) -> RoutingSettings:
     """``ANIMFLEET_ROUTING_<FIELD>`` overrides (HOME_TARGET, SPILL_TARGET, STEP,
     MAX_SHARE_CHANGE, MIN_SHARE) and ``ANIMFLEET_ROUTING_RINGS`` as ``ms:pressure,...``
-    (e.g. ``60:0,150:1.1,300:1.3,inf:1.6``, the default)."""
-    env = os.environ if env is None else env
-    values: dict[str, Any] = {}
-    for name in ("home_target", "spill_target", "step", "max_share_change", "min_share"):
-        raw = env.get(f"ANIMFLEET_ROUTING_{name.upper()}")
-        if raw is not None:
-            values[name] = float(raw)
-    if rings := env.get("ANIMFLEET_ROUTING_RINGS"):
-        pairs = [ring.split(":") for ring in rings.split(",")]
-        values["rings"] = tuple(Ring(float(ms), float(pressure)) for ms, pressure in pairs)
-    return RoutingSettings(**values)
+    (e.g. ``60:0,150:1.1,300:1.3,inf:1.6``, the default).
+
+    Raises :class:`animfleet.settings.SettingsError`."""
+    return load(RoutingEnv, env).routing_settings()
 
 
 def demand_by_home(status: dict[str, RegionStatus]) -> dict[str, float]:

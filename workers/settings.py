@@ -2,20 +2,30 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
+from itertools import pairwise
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from animfleet.settings import EnvSettings, load
 
 DEFAULT_MODEL_DIR = Path("run/models/random")
 
 
-class WorkerSettings(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class WorkerSettings(EnvSettings):
+    # populate_by_name: code and tests pass ``model_dir=`` beside the aliased variables.
+    model_config = SettingsConfigDict(env_prefix="ANIMFLEET_WORKER_", populate_by_name=True)
 
-    model_dir: Path = DEFAULT_MODEL_DIR
+    # ANIMFLEET_MODEL_DIR is the older, shorter name; the prefixed one wins when both are set.
+    model_dir: Path = Field(
+        default=DEFAULT_MODEL_DIR,
+        validation_alias=AliasChoices("ANIMFLEET_WORKER_MODEL_DIR", "ANIMFLEET_MODEL_DIR"),
+    )
+    # This worker's Celery node name; None: the host name and process id.
+    name: str | None = None
     # "module:Class", an Animator subclass to serve instead of the diffusers pipeline.
     animator: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
     # A job past the soft limit fails with code "timeout"; past the hard limit its process dies.
@@ -48,11 +58,18 @@ class WorkerSettings(BaseModel):
 
     @model_validator(mode="after")
     def _limits_are_ordered(self) -> WorkerSettings:
-        if not self.soft_time_limit_s < self.hard_time_limit_s < self.visibility_timeout_s:
-            raise ValueError(
-                "need soft_time_limit_s < hard_time_limit_s < visibility_timeout_s, got "
-                f"{self.soft_time_limit_s}, {self.hard_time_limit_s}, {self.visibility_timeout_s}"
-            )
+        # Redis must not re-deliver a running job, the hard limit must leave the soft limit
+        # time to fail the job cleanly, and the upload retries must fit inside the soft limit.
+        chain = ("visibility_timeout_s", "hard_time_limit_s", "soft_time_limit_s", "upload_retry_s")
+        broken = [
+            f"{self.env_name(a)}={_shown(getattr(self, a))} must be greater than "
+            f"{self.env_name(b)}={_shown(getattr(self, b))}"
+            for a, b in pairwise(chain)
+            if not getattr(self, a) > getattr(self, b)
+        ]
+        if broken:
+            names = " > ".join(self.env_name(name) for name in chain)
+            raise ValueError(f"need {names}: " + "; ".join(broken))
         return self
 
     @field_validator("shape_buckets")
@@ -66,12 +83,10 @@ class WorkerSettings(BaseModel):
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> WorkerSettings:
-        env = os.environ if env is None else env
-        values = {
-            name: env[f"ANIMFLEET_WORKER_{name.upper()}"]
-            for name in cls.model_fields
-            if f"ANIMFLEET_WORKER_{name.upper()}" in env
-        }
-        if "ANIMFLEET_MODEL_DIR" in env:
-            values.setdefault("model_dir", env["ANIMFLEET_MODEL_DIR"])
-        return cls.model_validate(values)
+        """Read ``ANIMFLEET_WORKER_<FIELD>`` (and ``ANIMFLEET_MODEL_DIR``) from ``env`` or the
+        process environment. Raises :class:`animfleet.settings.SettingsError`."""
+        return load(cls, env)
+
+
+def _shown(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)  # 60.0 as "60"

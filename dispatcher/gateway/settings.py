@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from animfleet.settings import EnvSettings, load
 
 MAX_PREFER_WAIT_S = 60.0
 
 
-class GatewaySettings(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class GatewaySettings(EnvSettings):
+    model_config = SettingsConfigDict(env_prefix="ANIMFLEET_GATEWAY_")
 
     region: str  # the home region of jobs submitted through this gateway
     max_wait_s: float = Field(default=MAX_PREFER_WAIT_S, ge=0, le=MAX_PREFER_WAIT_S)
@@ -19,9 +21,6 @@ class GatewaySettings(BaseModel):
 
     @classmethod
     def from_env(cls, region: str, env: Mapping[str, str] | None = None) -> GatewaySettings:
-        env = os.environ if env is None else env
-        values: dict[str, object] = {"region": region}
-        for name in ("max_wait_s", "threads"):
-            if f"ANIMFLEET_GATEWAY_{name.upper()}" in env:
-                values[name] = env[f"ANIMFLEET_GATEWAY_{name.upper()}"]
-        return cls.model_validate(values)
+        """``region`` (from the command line) and ``ANIMFLEET_GATEWAY_MAX_WAIT_S``,
+        ``ANIMFLEET_GATEWAY_THREADS``. Raises :class:`animfleet.settings.SettingsError`."""
+        return load(cls, env, region=region)

@@ -32,6 +32,7 @@ def test_uploads_ride_out_a_30s_storage_outage(
             "ANIMFLEET_WORKER_SOFT_TIME_LIMIT_S": "100",
             "ANIMFLEET_WORKER_HARD_TIME_LIMIT_S": "110",
             "ANIMFLEET_WORKER_VISIBILITY_TIMEOUT_S": "120",
+            "ANIMFLEET_WORKER_UPLOAD_RETRY_S": "60",
         },
     )
     client = make_client(fleet)

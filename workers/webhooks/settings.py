@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import SettingsConfigDict
 
+from animfleet.settings import EnvSettings, load
 from workers.webhooks.signing import secret_key
 
 # Delay before each attempt: immediately, 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 14 h, 20 h, 24 h
@@ -14,10 +15,11 @@ from workers.webhooks.signing import secret_key
 DEFAULT_SCHEDULE_S = (0.0, 5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 50400.0, 72000.0, 86400.0)
 
 
-class WebhookSettings(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class WebhookSettings(EnvSettings):
+    model_config = SettingsConfigDict(env_prefix="ANIMFLEET_WEBHOOK_")
 
-    # Every active secret signs; the first is the newest. Masked in reprs and logs (SecretStr).
+    # Every active secret signs; the first is the newest. Masked in reprs, logs and settings
+    # errors (SecretStr). From the environment: comma-separated ``whsec_...``, required.
     secrets: tuple[SecretStr, ...] = Field(min_length=1)
     schedule_s: tuple[float, ...] = Field(default=DEFAULT_SCHEDULE_S, min_length=1)
     jitter: float = Field(default=0.2, ge=0, le=1)  # each delay is scaled by U(1 - j, 1 + j)
@@ -26,6 +28,16 @@ class WebhookSettings(BaseModel):
     poll_s: float = Field(default=0.5, gt=0, le=30)  # how often due deliveries are looked for
     lease_s: float = Field(default=120.0, gt=0)  # a claimed delivery is retried after this long
     concurrency: int = Field(default=8, ge=1, le=256)
+    # The sender serves Prometheus /metrics here; None: not served.
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
+
+    @field_validator("secrets", "schedule_s", mode="before")
+    @classmethod
+    def _split_commas(cls, value: object) -> object:
+        # The environment gives lists as comma-separated strings ("0,5,300").
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
 
     @field_validator("secrets")
     @classmethod
@@ -49,19 +61,6 @@ class WebhookSettings(BaseModel):
     def from_env(cls, env: Mapping[str, str] | None = None) -> WebhookSettings:
         """Read ``ANIMFLEET_WEBHOOK_SECRETS`` (comma-separated ``whsec_...``, required),
         ``..._SCHEDULE_S`` (comma-separated delays), ``..._JITTER``, ``..._TIMEOUT_S``,
-        ``..._POLL_S``, ``..._LEASE_S``, ``..._CONCURRENCY``, ``..._MAX_RETRY_AFTER_S``."""
-        env = os.environ if env is None else env
-        prefix = "ANIMFLEET_WEBHOOK_"
-        values: dict[str, object] = {
-            "secrets": tuple(
-                part.strip() for part in env.get(prefix + "SECRETS", "").split(",") if part.strip()
-            )
-        }
-        if prefix + "SCHEDULE_S" in env:
-            values["schedule_s"] = tuple(
-                float(part) for part in env[prefix + "SCHEDULE_S"].split(",") if part.strip()
-            )
-        for name in cls.model_fields.keys() - {"secrets", "schedule_s"}:
-            if prefix + name.upper() in env:
-                values[name] = env[prefix + name.upper()]
-        return cls.model_validate(values)
+        ``..._POLL_S``, ``..._LEASE_S``, ``..._CONCURRENCY``, ``..._MAX_RETRY_AFTER_S``,
+        ``..._METRICS_PORT``. Raises :class:`animfleet.settings.SettingsError`."""
+        return load(cls, env)

@@ -3,9 +3,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from pydantic import ValidationError
 
 from animfleet.jobs import JobParams
+from animfleet.settings import SettingsError
 from workers.model import Animator, ModelError
 from workers.model.animator import ShapeBucket
 from workers.model.attention import ContextDedupProcessor
@@ -75,5 +75,5 @@ def test_default_variant_runs_bf16_with_fp32_vae_and_dedup(animator: Animator) -
 
 def test_shape_buckets_parse() -> None:
     assert ShapeBucket.parse("16x32x48") == ShapeBucket(frames=16, height=32, width=48)
-    with pytest.raises(ValidationError, match="shape bucket"):
+    with pytest.raises(SettingsError, match="shape bucket"):
         WorkerSettings.from_env({"ANIMFLEET_WORKER_SHAPE_BUCKETS": "8x64"})

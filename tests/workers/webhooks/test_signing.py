@@ -9,6 +9,7 @@ import time
 import pytest
 from standardwebhooks import Webhook, WebhookVerificationError
 
+from animfleet.settings import SettingsError
 from workers.webhooks.settings import WebhookSettings
 from workers.webhooks.signing import InvalidSecret, secret_key, sign
 
@@ -61,8 +62,40 @@ def test_settings_read_the_environment_and_mask_secrets() -> None:
     )
     assert settings.schedule_s == (0.0, 1.0, 2.0) and len(settings.keys) == 2
     assert NEW not in repr(settings) and OLD not in str(settings)
-    with pytest.raises(ValueError, match="secrets"):
+    with pytest.raises(SettingsError, match="ANIMFLEET_WEBHOOK_SECRETS is required"):
         WebhookSettings.from_env({})
+    with pytest.raises(SettingsError, match="ANIMFLEET_WEBHOOK_SECRETS is required"):
+        WebhookSettings.from_env({"ANIMFLEET_WEBHOOK_SECRETS": ""})
+
+
+SHORT = "whsec_" + base64.b64encode(b"tooshort").decode()
+
+
+@pytest.mark.parametrize(
+    "secrets",
+    [f"{NEW},{SHORT}", f"{SHORT}", "not-a-whsec-secret-at-all", f"{OLD}, whsec_not*base64"],
+)
+def test_a_bad_secret_is_named_but_never_shown(secrets: str) -> None:
+    env = {"ANIMFLEET_WEBHOOK_SECRETS": secrets, "ANIMFLEET_WEBHOOK_JITTER": "2"}
+    with pytest.raises(SettingsError) as caught:
+        WebhookSettings.from_env(env)
+    message = str(caught.value)
+    assert "ANIMFLEET_WEBHOOK_SECRETS=***" in message and "ANIMFLEET_WEBHOOK_JITTER='2'" in message
+    for part in secrets.split(","):
+        secret = part.strip()
+        assert secret not in message and secret.removeprefix("whsec_") not in message
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+
+
+def test_settings_name_a_bad_delay_and_its_whole_value() -> None:
+    env = {"ANIMFLEET_WEBHOOK_SECRETS": NEW, "ANIMFLEET_WEBHOOK_SCHEDULE_S": "0,5,soon"}
+    with pytest.raises(SettingsError, match="ANIMFLEET_WEBHOOK_SCHEDULE_S='0,5,soon'"):
+        WebhookSettings.from_env(env)
+    env["ANIMFLEET_WEBHOOK_SCHEDULE_S"] = "0,-5"
+    with pytest.raises(SettingsError, match="retry delays must be >= 0"):
+        WebhookSettings.from_env(env)
+    env = {"ANIMFLEET_WEBHOOK_SECRETS": NEW, "ANIMFLEET_WEBHOOK_METRICS_PORT": "9102"}
+    assert WebhookSettings.from_env(env).metrics_port == 9102
 
 
 def test_the_default_schedule_spans_more_than_a_day_and_starts_fast() -> None:
