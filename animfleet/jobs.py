@@ -9,6 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from animfleet.errors import AnimfleetError, PermanentError
+
 JOB_ID_TOKEN_BYTES = 16
 
 
@@ -44,11 +46,11 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
 }
 
 
-class IllegalTransition(RuntimeError):
+class IllegalTransition(PermanentError, RuntimeError):
     """A state change that the job lifecycle does not allow (e.g. succeeded -> running)."""
 
 
-class JobCanceled(Exception):
+class JobCanceled(AnimfleetError):
     """Raised from a running job's step callback to stop it: canceled or past its deadline.
 
     Deliberately not a ``RuntimeError``/``ValueError``: the pipeline turns those into model errors.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
@@ -16,7 +16,12 @@ from animfleet.jobs import (
     JobState,
     WebhookAttempt,
 )
-from storage import ObjectStore
+
+
+class URLSigner(Protocol):
+    """What signs output URLs (an object store of the :mod:`storage` package)."""
+
+    def presigned_url(self, key: str, expires_in: int) -> str: ...
 
 
 class OutputView(BaseModel):
@@ -65,7 +70,7 @@ def estimate_start(
 def job_view(
     record: JobRecord,
     *,
-    objects: ObjectStore | None = None,
+    objects: URLSigner | None = None,
     presign_expiry_s: int = 3600,
     queue_position: int | None = None,
     estimated_start_at: float | None = None,

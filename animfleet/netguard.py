@@ -14,7 +14,6 @@ and nothing else, for local development and tests. It is off by default.
 from __future__ import annotations
 
 import ipaddress
-import os
 import socket
 import time
 from collections.abc import Mapping
@@ -22,6 +21,10 @@ from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 
 import httpx
+from pydantic_settings import SettingsConfigDict
+
+from animfleet.errors import PermanentError
+from animfleet.settings import EnvSettings, load
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -53,12 +56,18 @@ BLOCKED_NETWORKS = [
 LOOPBACK = [ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128")]
 
 
-class BlockedURL(ValueError):
+class BlockedURL(PermanentError, ValueError):
     """The URL may not be fetched: wrong scheme, unresolvable, or an internal address."""
 
 
-class FetchFailed(RuntimeError):
+class FetchFailed(PermanentError, RuntimeError):
     """The URL was allowed but fetching it failed (timeout, too large, HTTP error)."""
+
+
+class NetGuardEnv(EnvSettings):
+    model_config = SettingsConfigDict(env_prefix="ANIMFLEET_NETGUARD_")
+
+    allow_loopback: bool = False
 
 
 @dataclass(frozen=True)
@@ -69,9 +78,8 @@ class NetGuard:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> NetGuard:
-        env = os.environ if env is None else env
-        flag = env.get("ANIMFLEET_NETGUARD_ALLOW_LOOPBACK", "").strip().lower()
-        return cls(allow_loopback=flag in {"1", "true", "yes"})
+        """``ANIMFLEET_NETGUARD_ALLOW_LOOPBACK`` (1/true/yes or 0/false/no; unset: off)."""
+        return cls(allow_loopback=load(NetGuardEnv, env).allow_loopback)
 
     # -- checks ------------------------------------------------------------------------------
     def check_address(self, address: IPAddress) -> None:

@@ -1,11 +1,13 @@
 """The dispatcher: validate, record and place jobs on the right region's queue."""
 
 from dispatcher.client import Client, EnqueueFailed, JobHandle, WaitTimeout
+from dispatcher.errors import DispatcherError
 from dispatcher.inputs import AnimationRequest, InvalidInput
 
 __all__ = [
     "AnimationRequest",
     "Client",
+    "DispatcherError",
     "EnqueueFailed",
     "InvalidInput",
     "JobHandle",

@@ -25,6 +25,8 @@ from tenacity.before import before_nothing
 from tenacity.stop import stop_after_attempt, stop_base, stop_before_delay
 from tenacity.wait import wait_base, wait_fixed, wait_random_exponential
 
+from animfleet.errors import TransientError
+from dispatcher.errors import DispatcherError
 from dispatcher.routing.table import RoutingTable
 
 
@@ -74,11 +76,11 @@ class AdmissionSettings:
                 raise ValueError(f"`{name}` is out of range: {getattr(self, name)}")
 
 
-class RegionsFull(Exception):
+class RegionsFull(DispatcherError, TransientError):
     """No region the routing table allows for this source can take a job right now."""
 
 
-class AtCapacity(Exception):
+class AtCapacity(DispatcherError, TransientError):
     """Every reachable region stayed full for the whole retry budget.
 
     ``retry_after_s`` (whole seconds, at least 1) is when trying again is worth it; the HTTP

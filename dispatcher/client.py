@@ -12,7 +12,7 @@ from typing import Any
 import redis
 import structlog
 
-from animfleet.constants import WAITING_SET
+from animfleet.errors import TransientError
 from animfleet.jobs import (
     WEBHOOK_EVENTS,
     IllegalTransition,
@@ -22,12 +22,23 @@ from animfleet.jobs import (
     new_job_id,
     region_of,
 )
+from animfleet.jobview import estimate_start
 from animfleet.netguard import BlockedURL, NetGuard
-from animfleet.region.jobstore import JobNotFound, JobStore, expire_if_overdue
+from animfleet.region.jobstore import (
+    ADMITTED,
+    EXISTS,
+    REPEAT,
+    JobNotFound,
+    JobStore,
+    expire_if_overdue,
+)
+from animfleet.region.outbox import WebhookDelivery, replay_last
+from animfleet.region.status import RegionStatus, read_region_status
 from animfleet.topology import Region, Topology
 from dispatcher import metrics
 from dispatcher.admission import AdmissionSettings, AtCapacity
-from dispatcher.enqueue import ADMITTED, EXISTS, REPEAT, RegionQueue
+from dispatcher.enqueue import RegionQueue
+from dispatcher.errors import DispatcherError
 from dispatcher.inputs import AnimationRequest, InvalidInput, check_image, parse_request
 from dispatcher.placement import Placement, RoutingCache, admission_settings_from_env
 
@@ -38,11 +49,11 @@ MAX_KEY_CHARS = 255  # Idempotency-Key
 log = structlog.stdlib.get_logger("animfleet.dispatcher")
 
 
-class EnqueueFailed(RuntimeError):
+class EnqueueFailed(DispatcherError, TransientError, RuntimeError):
     """The job could not be put on a queue; its record says ``failed`` (code ``enqueue_failed``)."""
 
 
-class WaitTimeout(TimeoutError):
+class WaitTimeout(DispatcherError, TransientError, TimeoutError):
     """The job was not terminal within the time given to :meth:`Client.wait`."""
 
 
@@ -69,7 +80,7 @@ class _RegionLink:
         self.region = region
         # A caller waits on this: a short retry rides out a blip, then the caller hears of it.
         self.store = JobStore.from_url(region.broker_url, retry_s=2.0)
-        self.queue = RegionQueue(region, self.store.redis, allowance)
+        self.queue = RegionQueue(region, self.store, allowance)
 
 
 class _Repeat(Exception):
@@ -172,7 +183,7 @@ class Client:
             if not waiting:
                 waiting.append(secrets.token_hex(8))
                 lapse = time.time() + self.admission.retry_budget_s + 30
-                self._link(home).store.redis.zadd(WAITING_SET + home, {waiting[0]: lapse})
+                self._link(home).store.hold_waiting(home, waiting[0], lapse)
 
         try:
             self.placement.place(home, try_admit, on_full)
@@ -183,7 +194,7 @@ class Client:
             raise
         finally:
             if waiting:
-                self._link(home).store.redis.zrem(WAITING_SET + home, waiting[0])
+                self._link(home).store.release_waiting(home, waiting[0])
         return outcome[0]
 
     def _admit(
@@ -323,6 +334,32 @@ class Client:
         record = store.update(job_id, change)
         log.info("job.cancel", job_id=job_id, status=record.status.value)
         return record
+
+    def queue_estimate(self, record: JobRecord) -> tuple[int | None, float | None]:
+        """(queue position, estimated start) of a queued job; ``(None, None)`` otherwise."""
+        store = self._link(record.region).store
+        position = store.queue_position(record)
+        if position is None:
+            return None, None
+        live = self.region_status(record.region).load.live_workers
+        mean = store.mean_run_time(record.region)
+        return position, estimate_start(position, mean, live, time.time())
+
+    def region_status(self, region: str) -> RegionStatus:
+        """Live and busy GPUs, queue depth and the oldest wait of ``region``, read now."""
+        link = self._link(region)
+        return read_region_status(link.store.redis, link.region)
+
+    def regions(self) -> dict[str, RegionStatus]:
+        """:meth:`region_status` of every region of the topology."""
+        return {name: self.region_status(name) for name in self.topology.names}
+
+    def replay_webhook(self, job_id: str) -> WebhookDelivery | None:
+        """Send ``job_id``'s most recent webhook event again, now, with the same ``webhook-id``;
+        ``None`` if the job never produced one. Raises :class:`JobNotFound`."""
+        region = self.locate(job_id)
+        self.get(job_id)
+        return replay_last(self._link(region).store.redis, job_id)
 
     def wait(self, job_id: str, timeout: float = 300.0) -> JobRecord:
         """Block until ``job_id`` is terminal; raises :class:`WaitTimeout` after ``timeout`` s."""

@@ -9,6 +9,9 @@ from typing import Annotated, Any, Literal
 from PIL import Image, UnidentifiedImageError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from animfleet.errors import PermanentError
+from dispatcher.errors import DispatcherError
+
 ALLOWED_FORMATS = {"PNG", "JPEG", "WEBP"}
 MAX_IMAGE_BYTES = 10 * 2**20
 MAX_IMAGE_PIXELS = 4096 * 4096
@@ -19,7 +22,7 @@ MAX_DEADLINE_S = 7 * 24 * 3600
 Side = Annotated[int, Field(ge=32, le=512, multiple_of=8)]
 
 
-class InvalidInput(ValueError):
+class InvalidInput(DispatcherError, PermanentError, ValueError):
     """A request field failed validation; ``field`` names it, the message names the value."""
 
     def __init__(self, field: str, message: str) -> None:

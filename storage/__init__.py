@@ -1,6 +1,12 @@
 """Object storage for inputs and outputs: S3 (any endpoint) or a local directory."""
 
-from storage.base import ObjectInfo, ObjectStore, StorageError, StorageUnavailable
+from storage.base import (
+    ObjectInfo,
+    ObjectStore,
+    StorageError,
+    StorageRejected,
+    StorageUnavailable,
+)
 from storage.factory import open_store
 from storage.keys import output_key
 
@@ -8,6 +14,7 @@ __all__ = [
     "ObjectInfo",
     "ObjectStore",
     "StorageError",
+    "StorageRejected",
     "StorageUnavailable",
     "open_store",
     "output_key",

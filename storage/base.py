@@ -5,12 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from animfleet.errors import AnimfleetError, PermanentError, TransientError
 
-class StorageError(RuntimeError):
+
+class StorageError(AnimfleetError, RuntimeError):
+    """The base of the storage package's errors."""
+
+
+class StorageRejected(StorageError, PermanentError):
     """A storage operation failed for a reason retrying will not fix (bad key, denied)."""
 
 
-class StorageUnavailable(StorageError):
+class StorageUnavailable(StorageError, TransientError):
     """Storage could not be reached or answered 5xx; the caller should retry later."""
 
 

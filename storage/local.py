@@ -6,7 +6,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from storage.base import ObjectInfo, StorageError
+from storage.base import ObjectInfo, StorageRejected
 
 _CONTENT_TYPE_SUFFIX = ".content-type"
 
@@ -25,7 +25,7 @@ class LocalStore:
     def _path(self, key: str) -> Path:
         path = (self.root / key).resolve()
         if self.root not in path.parents or key.endswith(_CONTENT_TYPE_SUFFIX):
-            raise StorageError(f"key {key!r} is not a valid object key")
+            raise StorageRejected(f"key {key!r} is not a valid object key")
         return path
 
     def put(self, key: str, data: bytes, content_type: str) -> ObjectInfo:
@@ -42,7 +42,7 @@ class LocalStore:
         try:
             return self._path(key).read_bytes()
         except FileNotFoundError:
-            raise StorageError(f"no object at key {key!r}") from None
+            raise StorageRejected(f"no object at key {key!r}") from None
 
     def head(self, key: str) -> ObjectInfo | None:
         path = self._path(key)

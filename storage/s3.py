@@ -10,7 +10,7 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
 
-from storage.base import ObjectInfo, StorageError, StorageUnavailable
+from storage.base import ObjectInfo, StorageError, StorageRejected, StorageUnavailable
 
 # Parts of 8 MiB above 16 MiB: outputs are small MP4s, so most uploads are a single PUT.
 _TRANSFER = TransferConfig(multipart_threshold=16 * 2**20, multipart_chunksize=8 * 2**20)
@@ -22,7 +22,7 @@ def _translate(error: Exception, what: str) -> StorageError:
         code = error.response.get("Error", {}).get("Code", "")
         if status >= 500 or code in {"SlowDown", "ServiceUnavailable", "InternalError"}:
             return StorageUnavailable(f"{what}: {code or status}")
-        return StorageError(f"{what}: {code or status}")
+        return StorageRejected(f"{what}: {code or status}")
     return StorageUnavailable(f"{what}: {error}")
 
 

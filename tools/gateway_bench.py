@@ -24,7 +24,7 @@ import redis
 from PIL import Image
 
 from animfleet import logs
-from animfleet.constants import WORKER_SET
+from animfleet.region.workers import WorkerRegistry
 from dispatcher.client import Client
 from tools.localfleet import LocalFleet
 
@@ -69,9 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         fleet = LocalFleet(Path(root), regions=(REGION,), workers_per_region=0, gateway=True)
         with fleet:
             # Capacity for every job of the run: heartbeat entries of idle GPUs, valid an hour.
-            broker = redis.Redis.from_url(fleet.redis_url(REGION))
-            lapses = time.time() + 3600
-            broker.zadd(WORKER_SET + REGION, {f"bench-{i}": lapses for i in range(total)})
+            registry = WorkerRegistry(redis.Redis.from_url(fleet.redis_url(REGION)), REGION)
+            for i in range(total):
+                registry.beat(f"bench-{i}", {"state": "idle"}, ttl_s=3600, busy=False)
             with httpx.Client(base_url=fleet.gateway_url(REGION), timeout=30) as http:
 
                 def post() -> None:

@@ -358,7 +358,7 @@ class LocalFleet:
         return "router"
 
     def heartbeats(self, region: str) -> list[dict[str, object]]:
-        from workers.heartbeat import live_workers
+        from animfleet.region.workers import live_workers
 
         return live_workers(redis.Redis.from_url(self.redis_url(region)), region)
 
@@ -415,12 +415,12 @@ class LocalFleet:
 
     def wait_for_webhooks(self, region: str, timeout: float = 60.0) -> None:
         """Block until ``region``'s webhook scheduler has run (it marks itself alive)."""
-        from animfleet.constants import WEBHOOKS_ALIVE_KEY
+        from animfleet.region.outbox import forget_sender, sender_alive
 
         client = redis.Redis.from_url(self.redis_url(region))
-        client.delete(WEBHOOKS_ALIVE_KEY + region)
+        forget_sender(client, region)
         _wait_for(
-            lambda: client.exists(WEBHOOKS_ALIVE_KEY + region),
+            lambda: sender_alive(client, region),
             f"webhook sender of {region}",
             timeout,
             self.processes[f"webhooks-{region}"],

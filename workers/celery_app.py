@@ -1,5 +1,9 @@
 """The GPU worker's Celery app: one job per GPU, nothing lost when a worker dies.
 
+``app`` is built at import, so ``celery -A workers.celery_app worker`` works as well as
+``animfleet worker``; its broker and queue come from the region (``ANIMFLEET_REGION`` and the
+fleet file), read when Celery first needs its configuration.
+
 Settings that make "one job per GPU" true (see celery #4537 and kombu #337):
 ``-c 1`` + ``worker_prefetch_multiplier=1`` + ``task_acks_late``: the worker holds exactly the
 one message it runs. ``task_reject_on_worker_lost``: if the process running the job dies, the
@@ -12,9 +16,12 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
 
 import redis
+import structlog
 from celery import Celery, signals
 from celery.exceptions import Reject
 from kombu import Queue
@@ -23,14 +30,61 @@ from structlog.contextvars import bound_contextvars
 from animfleet import logs
 from animfleet.constants import ANIMATE_TASK
 from animfleet.region.jobstore import JobStore
-from animfleet.topology import Region
+from animfleet.topology import Region, Topology
 from workers.settings import WorkerSettings
 
-_runner: Any = None  # the JobRunner of this worker process, built at process start
+if TYPE_CHECKING:
+    from workers.runner import JobRunner
+
+REGION_ENV = "ANIMFLEET_REGION"
+log = structlog.stdlib.get_logger("animfleet.worker")
+
+# Settings that hold whatever the region: JSON only (never pickle), no results.
+BASE_CONFIG: dict[str, Any] = {
+    "task_serializer": "json",
+    "accept_content": ["json"],
+    "result_serializer": "json",
+    "task_ignore_result": True,
+    "worker_hijack_root_logger": False,
+}
+
+
+class WorkerState(StrEnum):
+    """Where a worker process is in its life; only IDLE takes a job."""
+
+    STARTING = "starting"  # before its model is loaded
+    IDLE = "idle"
+    BUSY = "busy"
+    DRAINING = "draining"  # shutting down: left the capacity count, finishing its job
+    STOPPED = "stopped"
+
+
+@dataclass
+class WorkerProcess:
+    """This pool process's worker: what it serves and, once loaded, its job runner."""
+
+    region: Region | None = None
+    settings: WorkerSettings | None = None
+    runner: JobRunner | None = None
+    state: WorkerState = WorkerState.STARTING
+
+    def context(self) -> tuple[Region, WorkerSettings]:
+        """The region and settings, from :func:`configure` or else the environment."""
+        if self.region is None or self.settings is None:
+            name = os.environ.get(REGION_ENV)
+            if not name:
+                raise RuntimeError(f"set {REGION_ENV} to the region this worker serves")
+            self.region = Topology.load().region(name)
+            self.settings = WorkerSettings.from_env()
+        return self.region, self.settings
+
+
+process = WorkerProcess()
 
 
 def celery_config(region: Region, settings: WorkerSettings) -> dict[str, Any]:
     return {
+        **BASE_CONFIG,
         "broker_url": region.broker_url,
         "broker_connection_retry_on_startup": True,
         "broker_transport_options": {
@@ -40,10 +94,6 @@ def celery_config(region: Region, settings: WorkerSettings) -> dict[str, Any]:
             "unacked_restore_interval": max(1, settings.visibility_timeout_s // 20),
             "unacked_restore_throttle": 1,
         },
-        "task_serializer": "json",
-        "accept_content": ["json"],
-        "result_serializer": "json",
-        "task_ignore_result": True,
         "task_acks_late": True,
         "task_reject_on_worker_lost": True,
         "task_time_limit": settings.hard_time_limit_s,
@@ -56,96 +106,120 @@ def celery_config(region: Region, settings: WorkerSettings) -> dict[str, Any]:
         "worker_proc_alive_timeout": settings.model_load_timeout_s,
         "worker_concurrency": 1,
         "worker_cancel_long_running_tasks_on_connection_loss": True,
-        "worker_hijack_root_logger": False,
         "worker_send_task_events": True,
     }
 
 
-def create_app(region: Region, settings: WorkerSettings) -> Celery:
-    """The Celery app of a GPU worker serving ``region``'s queue."""
-    app = Celery(f"animfleet-worker-{region.name}")
+def _lazy_config() -> dict[str, Any]:
+    """The full configuration once a region is known; only the base one (enough for
+    ``celery -A workers.celery_app worker --help``) before."""
+    if process.region is None and not os.environ.get(REGION_ENV):
+        return dict(BASE_CONFIG)
+    return celery_config(*process.context())
+
+
+app = Celery("animfleet-worker")
+app.add_defaults(_lazy_config)
+
+
+def configure(region: Region, settings: WorkerSettings) -> Celery:
+    """Serve ``region`` with ``settings`` (instead of reading them from the environment)."""
+    process.region, process.settings = region, settings
     app.conf.update(celery_config(region, settings))
-
-    @app.task(name=ANIMATE_TASK, bind=True)  # type: ignore[untyped-decorator]
-    def animate(self: Any, job_id: str) -> None:
-        del self
-        if _runner is None:
-            raise RuntimeError("worker process has no model loaded")
-        # Every line logged while the job runs (pipeline, storage, libraries) names it.
-        context = bound_contextvars(job_id=job_id, region=region.name, worker=_runner.worker_name)
-        try:
-            with context:
-                _runner.run(job_id)
-        except redis.RedisError as error:
-            # The job store stayed unreachable past its retries, so the record may still say
-            # running: acking would strand the job. Back to the queue; the next delivery
-            # finds the record as it is (skips a finished job, runs a running one again).
-            raise Reject(f"job store unreachable: {error}", requeue=True) from error
-
-    def load_model(**_: Any) -> None:
-        """Load the model once per worker process, before it takes its first job."""
-        global _runner
-        import structlog
-
-        from storage import open_store
-        from workers.heartbeat import Heartbeat
-        from workers.model.animator import load_animator
-        from workers.runner import JobRunner
-
-        logs.configure()
-        animator = load_animator(settings)  # compiles and warms up if configured
-        worker_name = os.environ.get(
-            "ANIMFLEET_WORKER_NAME", f"{socket.gethostname()}-{os.getpid()}"
-        )
-        store = JobStore.from_url(region.broker_url)
-        heartbeat = Heartbeat(store.redis, region.name, worker_name, animator.variant.name)
-        _runner = JobRunner(
-            region=region,
-            settings=settings,
-            store=store,
-            objects=open_store(region.storage),
-            animator=animator,
-            worker_name=worker_name,
-            heartbeat=heartbeat,
-        )
-        heartbeat.start()
-        if settings.metrics_port is not None:
-            from workers import metrics
-
-            metrics.MODEL_LOAD.labels(region.name).set(animator.load_time_s)
-            metrics.MODEL_WARMUP.labels(region.name).set(animator.warmup_time_s)
-        structlog.stdlib.get_logger("animfleet.worker").info(
-            "worker.model_loaded",
-            region=region.name,
-            worker=worker_name,
-            load_time_s=round(animator.load_time_s, 3),
-            warmup_time_s=round(animator.warmup_time_s, 3),
-            **animator.info,
-        )
-
-    def leave_fleet(**_: Any) -> None:
-        """A warm shutdown takes the worker out of capacity now, not after its heartbeat lapses."""
-        if _runner is not None and _runner.heartbeat is not None:
-            _runner.heartbeat.stop()
-
-    def guard_memory(**_: Any) -> None:
-        """In the main process: serve /metrics, watch the pool child's memory
-        (see workers/memguard.py)."""
-        if settings.metrics_port is not None:
-            from animfleet.metrics import serve
-
-            serve(settings.metrics_port)
-        if settings.max_rss_mb is not None:
-            from workers.memguard import MemoryGuard
-
-            name = os.environ.get("ANIMFLEET_WORKER_NAME", "")
-            MemoryGuard(settings.max_rss_mb, worker=name).start()
-
-    signals.worker_process_init.connect(load_model, weak=False)
-    signals.worker_ready.connect(guard_memory, weak=False)
-    signals.worker_process_shutdown.connect(leave_fleet, weak=False)
-    signals.setup_logging.connect(lambda **_: logs.configure(), weak=False)
     return app
+
+
+@app.task(name=ANIMATE_TASK, bind=True)  # type: ignore[untyped-decorator]
+def animate(self: Any, job_id: str) -> None:
+    del self
+    runner = process.runner
+    if runner is None:
+        raise RuntimeError("worker process has no model loaded")
+    # Every line logged while the job runs (pipeline, storage, libraries) names it.
+    context = bound_contextvars(job_id=job_id, region=runner.region.name, worker=runner.worker_name)
+    if process.state is WorkerState.IDLE:
+        process.state = WorkerState.BUSY
+    try:
+        with context:
+            runner.run(job_id)
+    except redis.RedisError as error:
+        # The job store stayed unreachable past its retries, so the record may still say
+        # running: acking would strand the job. Back to the queue; the next delivery
+        # finds the record as it is (skips a finished job, runs a running one again).
+        raise Reject(f"job store unreachable: {error}", requeue=True) from error
+    finally:
+        if process.state is WorkerState.BUSY:
+            process.state = WorkerState.IDLE
+
+
+def load_model(**_: Any) -> None:
+    """Load the model once per worker process, before it takes its first job."""
+    from storage import open_store
+    from workers.heartbeat import Heartbeat
+    from workers.model.animator import load_animator
+    from workers.runner import JobRunner
+
+    logs.configure()
+    region, settings = process.context()
+    animator = load_animator(settings)  # compiles and warms up if configured
+    worker_name = settings.name or f"{socket.gethostname()}-{os.getpid()}"
+    store = JobStore.from_url(region.broker_url)
+    heartbeat = Heartbeat(store.redis, region.name, worker_name, animator.variant.name)
+    process.runner = JobRunner(
+        region=region,
+        settings=settings,
+        store=store,
+        objects=open_store(region.storage),
+        animator=animator,
+        worker_name=worker_name,
+        heartbeat=heartbeat,
+    )
+    heartbeat.start()
+    process.state = WorkerState.IDLE
+    if settings.metrics_port is not None:
+        from workers import metrics
+
+        metrics.MODEL_LOAD.labels(region.name).set(animator.load_time_s)
+        metrics.MODEL_WARMUP.labels(region.name).set(animator.warmup_time_s)
+    log.info(
+        "worker.model_loaded",
+        region=region.name,
+        worker=worker_name,
+        load_time_s=round(animator.load_time_s, 3),
+        warmup_time_s=round(animator.warmup_time_s, 3),
+        **animator.info,
+    )
+
+
+def leave_fleet(**_: Any) -> None:
+    """A warm shutdown takes the worker out of capacity now, not after its heartbeat lapses."""
+    process.state = WorkerState.STOPPED
+    if process.runner is not None and process.runner.heartbeat is not None:
+        process.runner.heartbeat.stop()
+
+
+def guard_memory(**_: Any) -> None:
+    """In the main process: serve /metrics, watch the pool child's memory
+    (see workers/memguard.py)."""
+    settings = process.context()[1]
+    if settings.metrics_port is not None:
+        from animfleet.metrics import serve
+
+        serve(settings.metrics_port)
+    if settings.max_rss_mb is not None:
+        from workers.memguard import MemoryGuard
+
+        MemoryGuard(settings.max_rss_mb, worker=settings.name or "").start()
+
+
+def use_our_logging(**_: Any) -> None:
+    logs.configure()
+
+
+signals.worker_process_init.connect(load_model, weak=False)
+signals.worker_process_shutdown.connect(leave_fleet, weak=False)
+signals.worker_ready.connect(guard_memory, weak=False)
+signals.setup_logging.connect(use_our_logging, weak=False)
 
 
 def run_worker(region: Region, settings: WorkerSettings, name: str | None = None) -> None:
@@ -154,9 +228,9 @@ def run_worker(region: Region, settings: WorkerSettings, name: str | None = None
         from animfleet.metrics import use_multiprocess_dir
 
         use_multiprocess_dir()  # before any metric exists, in this process or a child
-    app = create_app(region, settings)
     node = name or f"gpu-{region.name}-{os.getpid()}@{socket.gethostname()}"
-    os.environ.setdefault("ANIMFLEET_WORKER_NAME", node)
+    # The heartbeat's name: ANIMFLEET_WORKER_NAME when set, else the Celery node name.
+    configure(region, settings if settings.name else settings.model_copy(update={"name": node}))
     app.worker_main(
         [
             "worker",

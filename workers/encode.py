@@ -10,8 +10,11 @@ import av
 import numpy as np
 import numpy.typing as npt
 
+from animfleet.errors import PermanentError
+from workers.errors import WorkerError
 
-class EncodeError(RuntimeError):
+
+class EncodeError(WorkerError, PermanentError, RuntimeError):
     """The frames could not be encoded."""
 
 

@@ -22,6 +22,7 @@ from animfleet.topology import Region
 from storage import ObjectInfo, ObjectStore, StorageError, StorageUnavailable, output_key
 from workers import metrics as worker_metrics
 from workers.encode import EncodeError, encode_mp4
+from workers.errors import WorkerError
 from workers.heartbeat import Heartbeat
 from workers.model import Animator, ModelError
 from workers.settings import WorkerSettings
@@ -29,7 +30,7 @@ from workers.settings import WorkerSettings
 log = structlog.stdlib.get_logger("animfleet.worker")
 
 
-class JobFailed(Exception):
+class JobFailed(WorkerError):
     """Ends a job as ``failed`` with a machine-readable code."""
 
     def __init__(self, code: str, message: str) -> None:

@@ -1,15 +1,27 @@
-"""Job records in a region's Redis: created by the dispatcher, advanced by workers."""
+"""Job records in a region's Redis: created by the dispatcher, advanced by workers.
+
+A record is created only by the admission script (:meth:`JobStore.admit`), which checks the
+region's capacity, stores the record and its input and pushes its queue message in one atomic
+call, and is changed only by :meth:`JobStore.update`, which writes the change and the webhook
+events it causes (:mod:`animfleet.region.outbox`) in one transaction.
+"""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import redis
 from tenacity import Retrying, retry_if_exception_type, stop_before_delay, wait_random_exponential
 
-from animfleet.constants import (
+from animfleet.errors import PermanentError
+from animfleet.jobs import IllegalTransition, JobRecord, JobState
+from animfleet.region import outbox
+from animfleet.region.keys import (
+    BUSY_SET,
     HOLDING_SET,
     IDEMPOTENCY_KEY,
     INPUT_KEY,
@@ -19,9 +31,9 @@ from animfleet.constants import (
     RECORD_TTL_S,
     RUN_TIMES,
     START_BY_SET,
+    WAITING_SET,
+    WORKER_SET,
 )
-from animfleet.jobs import IllegalTransition, JobRecord, JobState
-from animfleet.region import outbox
 
 IDEMPOTENCY_TTL_S = 24 * 3600
 RECENT_RUNS = 50  # run times kept per region for the start estimate
@@ -31,11 +43,63 @@ RETRY_S = 30.0
 TRANSIENT = (redis.ConnectionError, redis.TimeoutError)
 
 
-class JobNotFound(KeyError):
+ADMITTED, FULL, EXISTS, REPEAT = 1, 0, -1, 2
+
+# KEYS: workers, busy, queued, start-by, record, input, queue list, holding set of the job's
+#       home region, idempotency keys...
+# ARGV: now, allowance ('' = no limit), record json, image, record ttl, input ttl, job id,
+#       created at, start-by (or ""), message (or "": none), idempotency entry, one ttl per
+#       idempotency key
+# An idempotency key bound already wins over everything: the caller gets the earlier job.
+# The holding set lets the router count, per home region, the jobs held anywhere: its demand.
+_ADMIT_SCRIPT = """
+for i = 9, #KEYS do
+  local earlier = redis.call('GET', KEYS[i])
+  if earlier then return {2, 0, 0, earlier, i - 8} end
+end
+local now = tonumber(ARGV[1])
+local live = redis.call('ZCOUNT', KEYS[1], now, '+inf')
+local busy = redis.call('ZCOUNT', KEYS[2], now, '+inf')
+local held = busy + redis.call('ZCARD', KEYS[3])
+if ARGV[2] ~= '' and held >= math.floor(live * (1 + tonumber(ARGV[2])) + 1e-9) then
+  return {0, live, held}
+end
+if not redis.call('SET', KEYS[5], ARGV[3], 'EX', ARGV[5], 'NX') then
+  return {-1, live, held}
+end
+redis.call('SET', KEYS[6], ARGV[4], 'EX', ARGV[6])
+redis.call('ZADD', KEYS[3], ARGV[8], ARGV[7])
+if ARGV[9] ~= '' then
+  redis.call('ZADD', KEYS[4], ARGV[9], ARGV[7])
+end
+if ARGV[10] ~= '' then
+  redis.call('LPUSH', KEYS[7], ARGV[10])
+end
+redis.call('ZADD', KEYS[8], ARGV[8], ARGV[7])
+for i = 9, #KEYS do
+  redis.call('SET', KEYS[i], ARGV[11], 'EX', ARGV[i + 3])
+end
+return {1, live, held + 1}
+"""
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What the admission script answered: ``outcome`` is ADMITTED, FULL, EXISTS or REPEAT
+    (then ``earlier`` holds the idempotency entry bound before)."""
+
+    outcome: int
+    live_workers: int
+    held: int
+    earlier: bytes | None = None
+    matched: int = 0  # which idempotency key (1-based) was bound already
+
+
+class JobNotFound(PermanentError, KeyError):
     """No record with that id in the region its id names."""
 
 
-class IdempotencyConflict(ValueError):
+class IdempotencyConflict(PermanentError, ValueError):
     """An idempotency key (or client-chosen id) was used before with a different request."""
 
     def __init__(self, key: str, job_id: str) -> None:
@@ -57,6 +121,7 @@ class JobStore:
     def __init__(self, client: redis.Redis, retry_s: float = RETRY_S) -> None:
         self.redis = client
         self.retry_s = retry_s
+        self._admit = client.register_script(_ADMIT_SCRIPT)
 
     @classmethod
     def from_url(cls, url: str, retry_s: float = RETRY_S) -> JobStore:
@@ -71,17 +136,61 @@ class JobStore:
             reraise=True,
         )
 
+    def admit(
+        self,
+        record: JobRecord,
+        image: bytes,
+        *,
+        message: str = "",
+        queue: str = "",
+        allowance: float | None = None,
+        idempotency: Sequence[tuple[str, int]] = (),
+        idempotency_entry: str = "",
+    ) -> Admission:
+        """Store a new record and its input, and push ``message`` onto the list ``queue``, in
+        one atomic script; the only way a record is created.
+
+        ``allowance``: admit only while the region's queued + running jobs stay below its live
+        GPUs times ``1 + allowance`` (``None``: no limit). ``idempotency`` lists (Redis key, ttl)
+        pairs (from :meth:`idempotency_slot`) to bind to ``idempotency_entry``; if one is bound
+        already nothing is written and the outcome is REPEAT.
+        """
+        region = record.region
+        limits = [t for t in (record.start_deadline, record.deadline) if t is not None]
+        keys = [
+            WORKER_SET + region,
+            BUSY_SET + region,
+            QUEUED_SET + region,
+            START_BY_SET + region,
+            JOB_KEY + record.id,
+            INPUT_KEY + record.id,
+            queue or JOB_KEY + record.id,  # unused when there is no message
+            HOLDING_SET + record.home_region,
+            *(key for key, _ in idempotency),
+        ]
+        args: list[Any] = [
+            repr(time.time()),
+            "" if allowance is None else repr(allowance),
+            record.model_dump_json(),
+            image,
+            RECORD_TTL_S,
+            INPUT_TTL_S,
+            record.id,
+            repr(record.created_at),
+            repr(min(limits)) if limits else "",
+            message,
+            idempotency_entry,
+            *(ttl for _, ttl in idempotency),
+        ]
+        answer = self._admit(keys=keys, args=args)
+        if int(answer[0]) == REPEAT:
+            return Admission(REPEAT, 0, 0, earlier=answer[3], matched=int(answer[4]))
+        return Admission(int(answer[0]), int(answer[1]), int(answer[2]))
+
     def create(self, record: JobRecord, image: bytes) -> None:
-        """Store a new record and its input; fails if the id exists already."""
-        with self.redis.pipeline(transaction=True) as pipe:
-            pipe.set(JOB_KEY + record.id, record.model_dump_json(), ex=RECORD_TTL_S, nx=True)
-            pipe.set(INPUT_KEY + record.id, image, ex=INPUT_TTL_S)
-            pipe.zadd(QUEUED_SET + record.region, {record.id: record.created_at}, nx=True)
-            limits = [t for t in (record.start_deadline, record.deadline) if t is not None]
-            if limits:
-                pipe.zadd(START_BY_SET + record.region, {record.id: min(limits)})
-            created = pipe.execute()[0]
-        if not created:
+        """Store a new record with no limit and no message (the job is handed to a worker by
+        other means); fails if the id exists already."""
+        if self.admit(record, image).outcome == EXISTS:
             raise FileExistsError(f"job {record.id} exists already")
 
     def get(self, job_id: str) -> JobRecord:
@@ -168,6 +277,15 @@ class JobStore:
                 expired.append(job_id)
             self.redis.zrem(START_BY_SET + region, job_id)
         return expired
+
+    # -- demand waiting for room ---------------------------------------------------------------
+    def hold_waiting(self, home: str, token: str, lapse: float) -> None:
+        """Count one job of ``home`` as waiting at a dispatcher until it is placed or until
+        ``lapse`` (so an entry of a dispatcher that died expires by itself)."""
+        self.redis.zadd(WAITING_SET + home, {token: lapse})
+
+    def release_waiting(self, home: str, token: str) -> None:
+        self.redis.zrem(WAITING_SET + home, token)
 
     # -- idempotency -----------------------------------------------------------------------
     @staticmethod

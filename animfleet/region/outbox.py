@@ -1,9 +1,10 @@
-"""Webhook events: which state changes produce one, and the durable outbox they are written to.
+"""The webhook outbox of a region: which state changes produce an event, the deliveries, and
+their schedule.
 
 An event is written in the same Redis transaction as the state change that causes it (see
 :meth:`animfleet.region.jobstore.JobStore.update`), so no change is ever published without its
 event or the other way round, and a GPU worker pays only a few extra Redis commands for it. The
-webhooks process (``workers/webhooks``) moves due deliveries from the per-region ``webhook-due`` sorted set
+webhooks process (``workers/webhooks``) moves due deliveries from the ``webhook-due`` sorted set
 onto its own Celery queue; nothing lives only in memory.
 """
 
@@ -16,8 +17,13 @@ from typing import Any, Literal
 import redis
 from pydantic import BaseModel
 
-from animfleet.constants import WEBHOOK_DELIVERY_KEY, WEBHOOK_DUE_SET, WEBHOOK_JOB_KEY
 from animfleet.jobs import JobRecord, JobState
+from animfleet.region.keys import (
+    WEBHOOK_DELIVERY_KEY,
+    WEBHOOK_DUE_SET,
+    WEBHOOK_JOB_KEY,
+    WEBHOOKS_ALIVE_KEY,
+)
 
 EventType = Literal["job.started", "job.progress", "job.completed"]
 DeliveryState = Literal["pending", "delivered", "stopped", "gave_up"]
@@ -116,3 +122,94 @@ def replay_last(client: redis.Redis, job_id: str) -> WebhookDelivery | None:
         queue_delivery(pipe, delivery, time.time())
         pipe.execute()
     return delivery
+
+
+def load_delivery(client: redis.Redis, delivery_id: str) -> WebhookDelivery | None:
+    raw = client.get(WEBHOOK_DELIVERY_KEY + delivery_id)
+    return None if raw is None else WebhookDelivery.model_validate_json(raw)
+
+
+def save_delivery(client: redis.Redis, delivery: WebhookDelivery) -> None:
+    client.set(delivery.key, delivery.model_dump_json(), ex=DELIVERY_TTL_S)
+
+
+def mark_sender_alive(client: redis.Redis, region: str, for_s: float) -> None:
+    """The region's webhook scheduler ran just now (read by :func:`sender_alive`)."""
+    client.set(WEBHOOKS_ALIVE_KEY + region, time.time(), px=int(for_s * 1000))
+
+
+def sender_alive(client: redis.Redis, region: str) -> bool:
+    return bool(client.exists(WEBHOOKS_ALIVE_KEY + region))
+
+
+def forget_sender(client: redis.Redis, region: str) -> None:
+    """Clear the mark, so that :func:`sender_alive` waits for a scheduler's next run."""
+    client.delete(WEBHOOKS_ALIVE_KEY + region)
+
+
+# -- the schedule of deliveries ----------------------------------------------------------------
+# The durable schedule of webhook deliveries: a sorted set per region, delivery id -> due time.
+#
+# Nothing is kept only in memory and no Celery ETA is used (kombu #337: an ETA near the Redis
+# visibility timeout gets a message delivered twice, and a long ETA is held in a worker's memory).
+# The webhooks process claims due deliveries by moving their score forward by a lease and
+# publishes one task per claim; the task finishes by rescheduling or removing the delivery, but
+# only while it still holds that lease. If the process dies anywhere in between, the lease runs
+# out and the delivery is claimed again: at-least-once, de-duplicated by ``webhook-id``.
+
+# Claim up to ARGV[3] members due by ARGV[1]; each is re-scored to ARGV[2] (the lease end).
+_CLAIM = """
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
+for _, member in ipairs(due) do
+  redis.call('ZADD', KEYS[1], ARGV[2], member)
+end
+return due
+"""
+
+# Reschedule (ARGV[3] = new due time) or remove (ARGV[3] = '') a member if it still has the
+# lease ARGV[2]; returns 1 if it did.
+_SETTLE = """
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not score or math.abs(tonumber(score) - tonumber(ARGV[2])) > 0.0005 then
+  return 0
+end
+if ARGV[3] == '' then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+else
+  redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+end
+return 1
+"""
+
+
+class DueSet:
+    """The deliveries of one region that are due or will be."""
+
+    def __init__(self, client: redis.Redis, region: str) -> None:
+        self.redis, self.key = client, WEBHOOK_DUE_SET + region
+        self._claim = client.register_script(_CLAIM)
+        self._settle = client.register_script(_SETTLE)
+
+    def claim(self, now: float, lease_until: float, limit: int = 100) -> list[str]:
+        """Ids of deliveries due by ``now``, each now leased until ``lease_until``."""
+        lease = _score(lease_until)
+        raw = self._claim(keys=[self.key], args=[now, lease, limit])
+        return [item.decode() if isinstance(item, bytes) else str(item) for item in raw]
+
+    def holds(self, delivery_id: str, lease_until: float) -> bool:
+        score = self.redis.zscore(self.key, delivery_id)
+        return score is not None and abs(score - float(_score(lease_until))) <= 0.0005
+
+    def reschedule(self, delivery_id: str, lease_until: float, due: float) -> bool:
+        return bool(self._settle(keys=[self.key], args=[delivery_id, _score(lease_until), due]))
+
+    def remove(self, delivery_id: str, lease_until: float) -> bool:
+        return bool(self._settle(keys=[self.key], args=[delivery_id, _score(lease_until), ""]))
+
+    def pending(self) -> int:
+        return int(self.redis.zcard(self.key))
+
+
+def _score(value: float) -> str:
+    """Scores as fixed strings, so the task compares exactly what was written."""
+    return f"{value:.3f}"

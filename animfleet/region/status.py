@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import redis
 
-from animfleet.constants import BUSY_SET, HOLDING_SET, QUEUED_SET, WAITING_SET, WORKER_SET
+from animfleet.region.keys import BUSY_SET, HOLDING_SET, QUEUED_SET, WAITING_SET, WORKER_SET
 from animfleet.region.load import RegionLoad
 from animfleet.topology import Region
 

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from animfleet.constants import JOB_KEY
 from animfleet.jobs import JobRecord, JobState, region_of
 from animfleet.region.jobstore import JobNotFound, JobStore
+from animfleet.region.keys import JOB_KEY
 from tools.localfleet import LocalFleet
 
 REGIONS = ("lt-a", "lt-b", "lt-c")

@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException
 
 from animfleet.region.jobstore import IdempotencyConflict, JobNotFound
 from dispatcher.client import EnqueueFailed
+from dispatcher.errors import DispatcherError
 from dispatcher.inputs import InvalidInput
 
 log = structlog.stdlib.get_logger("animfleet.gateway")
@@ -22,7 +23,7 @@ log = structlog.stdlib.get_logger("animfleet.gateway")
 BROKER_RETRY_AFTER_S = 5
 
 
-class ApiError(Exception):
+class ApiError(DispatcherError):
     """An error with its HTTP status; raised by routes, rendered by :func:`install`."""
 
     def __init__(

@@ -4,15 +4,13 @@
 from __future__ import annotations
 
 import re
-import time
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Request, Response
 
 from animfleet.jobs import JobRecord
-from animfleet.jobview import JobView, estimate_start, job_view
-from animfleet.region import outbox
-from animfleet.region.status import read_region_status
+from animfleet.jobview import JobView, job_view
+from animfleet.region.status import RegionStatus
 from dispatcher.client import JobHandle, WaitTimeout
 from dispatcher.gateway.errors import ApiError
 from dispatcher.gateway.images import resolve_image
@@ -57,12 +55,7 @@ def _waited(runtime: Runtime, job_id: str, wait_s: float | None, response: Respo
 
 
 def _view(runtime: Runtime, record: JobRecord) -> JobView:
-    store = runtime.client.store(record.region)
-    position = store.queue_position(record)
-    estimate = None
-    if position is not None:
-        live = _load(runtime, record.region).live_workers
-        estimate = estimate_start(position, store.mean_run_time(record.region), live, time.time())
+    position, estimate = runtime.client.queue_estimate(record)
     return job_view(
         record,
         objects=runtime.objects(record.region),
@@ -72,12 +65,9 @@ def _view(runtime: Runtime, record: JobRecord) -> JobView:
     )
 
 
-def _load(runtime: Runtime, region: str) -> RegionView:
-    status = read_region_status(
-        runtime.client.store(region).redis, runtime.client.topology.region(region)
-    )
+def _region_view(name: str, status: RegionStatus) -> RegionView:
     return RegionView(
-        name=region,
+        name=name,
         live_workers=status.load.live_workers,
         busy_workers=status.load.busy_workers,
         queue_depth=status.load.queue_depth,
@@ -159,10 +149,7 @@ def cancel_job(job_id: str, request: Request) -> JobView:
 @router.post("/jobs/{job_id}/webhook/replay", status_code=202, response_model=Replayed)
 def replay_webhook(job_id: str, request: Request) -> Replayed:
     """Send the job's most recent webhook event again (same ``webhook-id``)."""
-    runtime = _runtime(request)
-    region = runtime.client.locate(job_id)
-    runtime.client.get(job_id)
-    delivery = outbox.replay_last(runtime.client.store(region).redis, job_id)
+    delivery = _runtime(request).client.replay_webhook(job_id)
     if delivery is None:
         raise ApiError(409, "no_webhook_event", f"job {job_id} has sent no webhook event")
     return Replayed(webhook_id=delivery.id, type=delivery.type)
@@ -172,4 +159,5 @@ def replay_webhook(job_id: str, request: Request) -> Replayed:
 def regions(request: Request) -> Regions:
     """Per region: live workers, busy workers, queued jobs."""
     runtime = _runtime(request)
-    return Regions(regions=[_load(runtime, name) for name in runtime.client.topology.names])
+    statuses = runtime.client.regions()
+    return Regions(regions=[_region_view(name, status) for name, status in statuses.items()])

@@ -8,16 +8,17 @@ import redis
 
 from animfleet.jobs import JobParams, JobRecord
 from animfleet.topology import Region
-from dispatcher.enqueue import ADMITTED, FULL, REPEAT, RegionQueue
+from animfleet.region.jobstore import ADMITTED, FULL, REPEAT, JobStore
+from animfleet.region.workers import WorkerRegistry
+from dispatcher.enqueue import RegionQueue
 from tools.localfleet import LocalFleet
-from workers.heartbeat import Heartbeat
 
 PARAMS = JobParams(prompt="sway", frames=4, fps=8, width=32, height=32, seed=1)
 
 
 def queue_for(servers: LocalFleet, client: redis.Redis) -> RegionQueue:
     region = Region(name="q1", broker_url=f"redis://127.0.0.1:{servers.redis_port}/15")
-    return RegionQueue(region, client, allowance=0.0)
+    return RegionQueue(region, JobStore(client), allowance=0.0)
 
 
 def record(job_id: str) -> JobRecord:
@@ -42,7 +43,7 @@ def test_admits_up_to_one_job_per_live_gpu_then_refuses_without_writing(
 ) -> None:
     queue = queue_for(servers, redis_client)
     assert queue.admit(record("q1.a"), b"img").outcome == FULL  # no live worker: no capacity
-    Heartbeat(redis_client, "q1", "gpu0", "v", ttl_s=30).beat()
+    WorkerRegistry(redis_client, "q1").beat("gpu0", {}, ttl_s=30, busy=False)
     first = queue.admit(record("q1.b"), b"img")
     assert (first.outcome, first.live_workers, first.held) == (ADMITTED, 1, 1)
     assert queue.admit(record("q1.c"), b"img").outcome == FULL
@@ -57,7 +58,7 @@ def test_a_bound_idempotency_key_returns_the_earlier_job(
 ) -> None:
     queue = queue_for(servers, redis_client)
     for index in range(3):
-        Heartbeat(redis_client, "q1", f"gpu{index}", "v", ttl_s=30).beat()
+        WorkerRegistry(redis_client, "q1").beat(f"gpu{index}", {}, ttl_s=30, busy=False)
     slot = [("animfleet:idem:key:k1", 60)]
     assert queue.admit(record("q1.d"), b"img", slot, '{"job_id": "q1.d"}').outcome == ADMITTED
     again = queue.admit(record("q1.e"), b"img", slot, '{"job_id": "q1.e"}')

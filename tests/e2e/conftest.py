@@ -15,7 +15,7 @@ import httpx
 import pytest
 import redis
 
-from animfleet.constants import JOB_KEY
+from animfleet.region.keys import JOB_KEY
 from dispatcher import Client
 from tools.localfleet import LocalFleet
 

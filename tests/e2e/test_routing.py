@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from animfleet.constants import ROUTING_KEY
 from animfleet.jobs import JobState
+from animfleet.region.keys import ROUTING_KEY
 from dispatcher import Client
 from dispatcher.admission import AdmissionSettings
 from dispatcher.client import JobHandle

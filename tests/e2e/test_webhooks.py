@@ -15,7 +15,7 @@ import pytest
 import redis
 from standardwebhooks import Webhook, WebhookVerificationError
 
-from animfleet.constants import WEBHOOK_DUE_SET, WEBHOOK_JOB_KEY
+from animfleet.region.keys import WEBHOOK_DUE_SET, WEBHOOK_JOB_KEY
 from tools.localfleet import LocalFleet
 
 pytestmark = pytest.mark.e2e

@@ -31,6 +31,7 @@ FAULT_WORKER_ENV = {
     "ANIMFLEET_WORKER_SOFT_TIME_LIMIT_S": "20",
     "ANIMFLEET_WORKER_HARD_TIME_LIMIT_S": "25",
     "ANIMFLEET_WORKER_VISIBILITY_TIMEOUT_S": "30",
+    "ANIMFLEET_WORKER_UPLOAD_RETRY_S": "15",  # must fit inside the soft limit
 }
 # A queued job per GPU besides the running one: a fault test wants jobs waiting during the fault;
 # a submit beyond that waits for room.

@@ -19,8 +19,10 @@ from diffusers.utils import logging as diffusers_logging
 from PIL import Image, ImageOps
 from transformers.utils import logging as transformers_logging
 
+from animfleet.errors import PermanentError
 from animfleet.jobs import JobParams
 from animfleet.models import resolve_model
+from workers.errors import WorkerError
 from workers.model.attention import install_context_dedup
 from workers.model.compiled import CompiledModules, compile_modules
 from workers.model.pipeline import AnimationPipeline, StepCallback, describe
@@ -41,7 +43,7 @@ DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 VAE_DTYPE = torch.float32
 
 
-class ModelError(RuntimeError):
+class ModelError(WorkerError, PermanentError, RuntimeError):
     """The model failed on this input; retrying the same job will fail the same way."""
 
 

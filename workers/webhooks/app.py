@@ -21,13 +21,13 @@ from celery import Celery, signals
 from kombu import Queue
 
 from animfleet import logs
-from animfleet.constants import WEBHOOK_QUEUE_PREFIX, WEBHOOK_TASK, WEBHOOKS_ALIVE_KEY
+from animfleet.constants import WEBHOOK_QUEUE_PREFIX, WEBHOOK_TASK
 from animfleet.metrics import port_from_env, serve
 from animfleet.netguard import NetGuard
 from animfleet.region.jobstore import JobStore
+from animfleet.region.outbox import DueSet, mark_sender_alive
 from animfleet.topology import Region
 from storage import open_store
-from workers.webhooks.schedule import DueSet
 from workers.webhooks.sender import Sender
 from workers.webhooks.settings import WebhookSettings
 
@@ -66,8 +66,8 @@ class Scheduler:
             )
         for job_id in self.sender.store.expire_overdue(self.region.name, now):
             log.info("job.transition", job_id=job_id, status="expired", region=self.region.name)
-        alive_ms = int(max(5.0, 3 * self.sender.settings.poll_s) * 1000)
-        self.sender.store.redis.set(WEBHOOKS_ALIVE_KEY + self.region.name, now, px=alive_ms)
+        alive_s = max(5.0, 3 * self.sender.settings.poll_s)
+        mark_sender_alive(self.sender.store.redis, self.region.name, alive_s)
         return len(claimed)
 
     def _loop(self) -> None:

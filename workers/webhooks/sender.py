@@ -12,15 +12,19 @@ from email.utils import parsedate_to_datetime
 import httpx
 import structlog
 
-from animfleet.constants import WEBHOOK_DELIVERY_KEY
 from animfleet.jobs import JobRecord, WebhookAttempt
 from animfleet.jobview import job_view
 from animfleet.netguard import BlockedURL, FetchFailed, NetGuard
 from animfleet.region.jobstore import JobNotFound, JobStore
-from animfleet.region.outbox import DELIVERY_TTL_S, DeliveryState, WebhookDelivery
+from animfleet.region.outbox import (
+    DeliveryState,
+    DueSet,
+    WebhookDelivery,
+    load_delivery,
+    save_delivery,
+)
 from storage import ObjectStore
 from workers.metrics import WEBHOOK_DELIVERIES
-from workers.webhooks.schedule import DueSet
 from workers.webhooks.settings import WebhookSettings
 from workers.webhooks.signing import sign
 
@@ -45,11 +49,10 @@ class Sender:
         """Make one attempt if this call still holds the lease; returns the delivery's state."""
         if not self.due.holds(delivery_id, lease_until):
             return None  # settled already, or claimed again after the lease ran out
-        raw = self.store.redis.get(WEBHOOK_DELIVERY_KEY + delivery_id)
-        if raw is None:
+        delivery = load_delivery(self.store.redis, delivery_id)
+        if delivery is None:
             self.due.remove(delivery_id, lease_until)
             return None
-        delivery = WebhookDelivery.model_validate_json(raw)
         delivery.attempt += 1
         bound = log.bind(
             job_id=delivery.job_id,
@@ -67,7 +70,7 @@ class Sender:
             "refused": "gave_up",
             "gave_up": "gave_up",
         }.get(attempt.outcome, "pending")  # type: ignore[assignment]
-        self.store.redis.set(delivery.key, delivery.model_dump_json(), ex=DELIVERY_TTL_S)
+        save_delivery(self.store.redis, delivery)
         self._record(delivery.job_id, attempt)
         WEBHOOK_DELIVERIES.labels(delivery.region, attempt.outcome).inc()
         if delivery.state == "pending":

@@ -12,10 +12,13 @@ import binascii
 import hashlib
 import hmac
 
+from animfleet.errors import PermanentError
+from workers.errors import WorkerError
+
 SECRET_PREFIX = "whsec_"
 
 
-class InvalidSecret(ValueError):
+class InvalidSecret(WorkerError, PermanentError, ValueError):
     """A webhook secret that is not ``whsec_`` + base64 of 24-64 bytes."""
 
 

@@ -16,7 +16,7 @@ from animfleet.jobs import JobParams, JobRecord, JobState
 from animfleet.netguard import NetGuard
 from animfleet.region import outbox
 from animfleet.region.jobstore import JobStore
-from workers.webhooks.schedule import DueSet
+from animfleet.region.outbox import DueSet
 from workers.webhooks.sender import Sender
 from workers.webhooks.settings import WebhookSettings
 

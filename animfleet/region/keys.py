@@ -1,0 +1,34 @@
+"""The names of every Redis key a region holds, and how long records live.
+
+Each name has one owner module in this package, which alone reads and writes it:
+:mod:`.jobstore` (records, inputs, queue order, deadlines, run times, idempotency, the holding and
+waiting sets), :mod:`.workers` (heartbeats), :mod:`.outbox` (webhook deliveries) and
+:mod:`.status` (read-only counts for the router). The routing table is written by the router
+and read by dispatchers (``dispatcher/routing``).
+"""
+
+KEY_PREFIX = "animfleet:"
+JOB_KEY = KEY_PREFIX + "job:"  # + job id -> JSON job record
+INPUT_KEY = KEY_PREFIX + "input:"  # + job id -> input image bytes until the job is terminal
+
+WORKER_KEY = KEY_PREFIX + "worker:"  # + region + ":" + worker -> JSON heartbeat, expiring
+WORKER_SET = KEY_PREFIX + "workers:"  # + region -> zset worker -> time its heartbeat lapses
+BUSY_SET = KEY_PREFIX + "busy:"  # + region -> zset of workers running a job, same scores
+
+QUEUED_SET = KEY_PREFIX + "queued:"  # + region -> zset of queued job ids scored by enqueue time
+START_BY_SET = KEY_PREFIX + "start-by:"  # + region -> zset of queued job ids by start deadline
+RUN_TIMES = KEY_PREFIX + "run-times:"  # + region -> list of recent run seconds, newest first
+IDEMPOTENCY_KEY = KEY_PREFIX + "idem:"  # + scope + ":" + key -> JSON {job_id, fingerprint}
+
+WEBHOOK_DUE_SET = KEY_PREFIX + "webhook-due:"  # + region -> zset delivery id -> due time
+WEBHOOK_DELIVERY_KEY = KEY_PREFIX + "webhook:"  # + delivery id -> JSON delivery (event + state)
+WEBHOOK_JOB_KEY = KEY_PREFIX + "webhooks-of:"  # + job id -> list of its delivery ids
+WEBHOOKS_ALIVE_KEY = KEY_PREFIX + "webhooks-alive:"  # + region -> set by its scheduler, expiring
+
+ROUTING_KEY = KEY_PREFIX + "routing"  # JSON: the routing table and the loads behind it
+HOLDING_SET = KEY_PREFIX + "holding:"  # + home region -> zset of its jobs this region holds
+WAITING_SET = KEY_PREFIX + "waiting:"  # + region -> zset of its jobs waiting at dispatchers
+
+# A finished job's record is kept this long; its input bytes only until it is terminal.
+RECORD_TTL_S = 7 * 24 * 3600
+INPUT_TTL_S = 2 * 24 * 3600
