@@ -4,19 +4,44 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv demo test test-unit test-e2e test-faults loadtest lint typecheck clean bench bench-model bench-overhead \
-	bench-gateway bench-dispatch simulate bench-scale
+.PHONY: venv lock demo test test-unit test-e2e test-faults loadtest lint typecheck clean bench \
+	bench-model bench-overhead bench-gateway bench-dispatch simulate bench-scale
+
+TORCH := torch==2.13.0
+LOCK := requirements.lock
+LINT_PATHS := animfleet dispatcher workers storage tools tests benchmarks
 
 # torch first and pinned: the CPU build on local disk. Installing it after other packages could
-# let a resolver pull a multi-GB CUDA build.
-$(STAMP): pyproject.toml
+# let a resolver pull a multi-GB CUDA build; the lock's torch==2.13.0 then finds it satisfied.
+# Then the pinned versions of every extra (the lock), then the project itself without
+# resolving; pip check fails if pyproject.toml asks for something the lock lacks.
+$(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet $(TORCH)
+	$(PY) -m pip install --quiet -r $(LOCK)
+	$(PY) -m pip install --quiet --no-deps -e '.[all,dev]'
+	$(PY) -m pip check
 	touch $@
 
 venv: $(STAMP)
+
+# Re-pin $(LOCK) after changing dependencies in pyproject.toml: resolve the all and dev extras
+# in a scratch venv (torch first, as above), keeping the current pins where they still fit
+# (delete a line to let that package move), then freeze it.
+LOCK_VENV ?= $(or $(TMPDIR),/tmp)/animfleet-lock-venv
+lock:
+	rm -rf $(LOCK_VENV)
+	$(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/pip install --quiet --upgrade pip
+	$(LOCK_VENV)/bin/pip install --quiet $(TORCH)
+	$(LOCK_VENV)/bin/pip install --quiet -c $(LOCK) -e '.[all,dev]'
+	$(LOCK_VENV)/bin/pip check
+	{ sed -n '/^#/p' $(LOCK); \
+	  $(LOCK_VENV)/bin/pip freeze --all --exclude-editable | grep -v -E '^(pip|wheel)==' \
+	  | sed -E 's/^torch==([^+]*)\+.*/torch==\1/'; } > $(LOCK).new
+	mv $(LOCK).new $(LOCK)
+	rm -rf $(LOCK_VENV)
 
 demo: venv
 	$(PY) -m tools.cli demo
@@ -63,7 +88,8 @@ bench-gateway: venv
 	$(PY) -m tools.gateway_bench
 
 lint: venv
-	$(VENV)/bin/ruff check animfleet dispatcher workers storage tools tests benchmarks
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/ruff format --check $(LINT_PATHS)
 
 typecheck: venv
 	$(VENV)/bin/mypy
@@ -75,7 +101,8 @@ bench-model: venv
 
 # The shipped model (models/animfleet-small): train in resumable stretches (state in run/train/small;
 # re-running continues), export the EMA weights, evaluate on the held-out clips. The malloc
-# thresholds keep glibc from returning and re-faulting tensor buffers every step (REFERENCE.md).
+# thresholds (4 GiB mmap, 64 GiB trim) keep glibc from returning freed tensor buffers to the OS
+# and re-faulting them every step.
 # One intra-op thread: on a loaded machine two threads trained 5-8x slower (model card).
 .PHONY: train eval distill eval-distill
 TRAIN_THREADS ?= 1

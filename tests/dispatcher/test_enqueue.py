@@ -7,9 +7,9 @@ import json
 import redis
 
 from animfleet.jobs import JobParams, JobRecord
-from animfleet.topology import Region
 from animfleet.region.jobstore import ADMITTED, FULL, REPEAT, JobStore
 from animfleet.region.workers import WorkerRegistry
+from animfleet.topology import Region
 from dispatcher.enqueue import RegionQueue
 from tools.localfleet import LocalFleet
 

@@ -11,11 +11,11 @@ import redis
 
 from animfleet.region.keys import HOLDING_SET, ROUTING_KEY, WAITING_SET
 from animfleet.region.status import RegionStatus, read_region_status
+from animfleet.region.workers import live_workers
 from animfleet.topology import Topology
 from dispatcher.router import Router, demand_by_home
 from dispatcher.routing import RegionLoad, RoutingTable
 from tools.localfleet import LocalFleet
-from animfleet.region.workers import live_workers
 from workers.heartbeat import Heartbeat
 
 DBS = {"near-a": 11, "near-b": 12, "far-c": 13}

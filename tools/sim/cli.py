@@ -1,21 +1,42 @@
-"""The ``simulate`` and ``plan`` subcommands."""
+"""The ``simulate`` and ``plan`` subcommands.
+
+Only argument definitions live at module level: ``animfleet --help`` builds these parsers, and the
+simulator (numpy, matplotlib, the dispatcher) loads only when a command runs.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tools.sim.engine import SimResult, run_exact
-from tools.sim.metrics import excess_share, format_table, summarize
-from tools.sim.planner import busiest_stretch, format_plan, plan
-from tools.sim.plots import plot_regions, plot_runs
-from tools.sim.policies import POLICIES
-from tools.sim.scenarios import Scenario, diurnal, sampling_check, spike, trace
-from tools.sim.service import ServiceTime
-from tools.sim.spike_checks import spike_checks, whole_spike_notes
-from tools.sim.traffic import TraceEvents, TraceRates, load_trace, per_minute
+if TYPE_CHECKING:
+    from tools.sim.engine import SimResult
+    from tools.sim.scenarios import Scenario
+    from tools.sim.traffic import TraceRates
+
+# The names of ``tools.sim.policies.POLICIES``, spelled out so building the parser stays light
+# (a test keeps the two in step).
+POLICY_NAMES = ("home-only", "least-loaded", "static-spill", "seeds-router", "ring-router")
+MODES = ("naive", "backoff")
+
+
+def _comma_list(allowed: tuple[str, ...]) -> Callable[[str], list[str]]:
+    """An argparse ``type`` for a comma-separated subset of ``allowed``."""
+
+    def parse(text: str) -> list[str]:
+        names = [name.strip() for name in text.split(",") if name.strip()]
+        unknown = [name for name in names if name not in allowed]
+        if unknown or not names:
+            raise argparse.ArgumentTypeError(
+                f"expected a comma list of {','.join(allowed)}, got {text!r}"
+            )
+        return names
+
+    return parse
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -25,12 +46,18 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
         help="discrete-event simulation of global traffic, routing and retries",
         description="Compare routing policies and retry modes on a simulated global fleet.",
     )
-    sim.add_argument("scenario", choices=["spike", "diurnal", "scale", "sampling-check", "trace"])
+    sim.add_argument(
+        "scenario",
+        choices=["spike", "diurnal", "scale", "sampling-check", "trace"],
+        help="what traffic to simulate",
+    )
     sim.add_argument("--out", type=Path, default=Path("out/sim"), help="PNG directory")
     sim.add_argument("--regions", type=int, help="regions (spike: 10, diurnal/scale: 20)")
     sim.add_argument("--gpus", type=int, default=100, help="GPUs per region (spike, trace)")
     sim.add_argument("--multiplier", type=float, default=1.5, help="spike: x home capacity")
-    sim.add_argument("--spike-minutes", type=float, default=10.0)
+    sim.add_argument(
+        "--spike-minutes", type=float, default=10.0, help="spike: how long the surge lasts"
+    )
     sim.add_argument("--base-utilization", type=float, default=0.6, help="spike: other regions")
     sim.add_argument("--requests-per-day", type=float, default=100e6, help="diurnal, scale")
     sim.add_argument("--hours", type=float, default=24.0, help="diurnal, scale")
@@ -38,10 +65,18 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
         "--sample-every", type=int, help="simulate a 1/N slice of GPUs and traffic (scale: 4)"
     )
     sim.add_argument("--file", type=Path, help="trace CSV (see tools.sim.traffic)")
-    sim.add_argument("--policies", default=None, help=f"comma list of {','.join(POLICIES)}")
-    sim.add_argument("--modes", default=None, help="comma list of naive,backoff")
+    sim.add_argument(
+        "--policies",
+        type=_comma_list(POLICY_NAMES),
+        help=f"comma list of {','.join(POLICY_NAMES)} (default: the scenario's)",
+    )
+    sim.add_argument(
+        "--modes",
+        type=_comma_list(MODES),
+        help=f"comma list of {','.join(MODES)} (default: the scenario's)",
+    )
     _service_args(sim)
-    sim.add_argument("--seed", type=int, default=0)
+    sim.add_argument("--seed", type=int, default=0, help="random seed")
     sim.set_defaults(handler=_simulate)
 
     planner = subparsers.add_parser(
@@ -50,11 +85,15 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
         description="Size each region for its busiest minute, then check with the simulator.",
     )
     planner.add_argument("--file", type=Path, required=True, help="trace CSV")
-    planner.add_argument("--target-p99-s", type=float, default=9.0)
-    planner.add_argument("--target-success", type=float, default=0.999)
+    planner.add_argument(
+        "--target-p99-s", type=float, default=9.0, help="p99 latency to meet, seconds"
+    )
+    planner.add_argument(
+        "--target-success", type=float, default=0.999, help="share of jobs that must succeed"
+    )
     planner.add_argument("--verify-minutes", type=int, default=10, help="0 skips the check")
     _service_args(planner)
-    planner.add_argument("--seed", type=int, default=0)
+    planner.add_argument("--seed", type=int, default=0, help="random seed")
     planner.set_defaults(handler=_plan)
 
 
@@ -64,17 +103,23 @@ def _service_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _load_rates(path: Path) -> TraceRates:
+    from tools.sim.traffic import TraceEvents, load_trace, per_minute
+
     model = load_trace(path)
     return per_minute(model) if isinstance(model, TraceEvents) else model
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    from tools.sim.planner import plan
+    from tools.sim.scenarios import diurnal, sampling_check, spike, trace
+    from tools.sim.service import ServiceTime
+
     service = ServiceTime(args.service_median_s, args.service_p99_s)
     choice: dict[str, object] = {}
     if args.policies:
-        choice["policies"] = args.policies.split(",")
+        choice["policies"] = args.policies
     if args.modes:
-        choice["modes"] = args.modes.split(",")
+        choice["modes"] = args.modes
     scenario: Scenario
     if args.scenario == "spike":
         scenario = spike(
@@ -114,6 +159,8 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _run_all(scenario: Scenario) -> list[SimResult]:
+    from tools.sim.engine import run_exact
+
     results = []
     for config in scenario.configs:
         began = time.perf_counter()
@@ -126,6 +173,10 @@ def _run_all(scenario: Scenario) -> list[SimResult]:
 
 
 def _report(scenario: Scenario, results: list[SimResult], out: Path) -> None:
+    from tools.sim.metrics import excess_share, format_table, summarize
+    from tools.sim.plots import plot_regions, plot_runs
+    from tools.sim.spike_checks import spike_checks, whole_spike_notes
+
     start, stop = scenario.window
     if scenario.focus is not None:
         rows = [summarize(r, scenario.window, scenario.focus) for r in results]
@@ -181,6 +232,11 @@ def _report(scenario: Scenario, results: list[SimResult], out: Path) -> None:
 
 
 def _plan(args: argparse.Namespace) -> int:
+    from tools.sim.metrics import format_table, summarize
+    from tools.sim.planner import busiest_stretch, format_plan, plan
+    from tools.sim.scenarios import trace
+    from tools.sim.service import ServiceTime
+
     service = ServiceTime(args.service_median_s, args.service_p99_s)
     rates = _load_rates(args.file)
     plans = plan(rates, service, args.target_p99_s, args.target_success)

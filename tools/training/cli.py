@@ -1,4 +1,8 @@
-"""Arguments and entry points of ``animfleet train`` and ``animfleet eval``."""
+"""Arguments and entry points of ``animfleet train``, ``distill`` and ``eval``.
+
+Module level stays light (no torch, no matplotlib): ``animfleet --help`` builds these parsers; the
+training code is imported inside the entry points.
+"""
 
 from __future__ import annotations
 
@@ -31,7 +35,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--decay-from", type=int, help="cosine learning-rate decay from this step (also later)"
     )
-    parser.add_argument("--decay-steps", type=int, default=2000)
+    parser.add_argument(
+        "--decay-steps", type=int, default=2000, help="length of the decay, with --decay-from"
+    )
     parser.add_argument(
         "--export-only",
         action="store_true",
@@ -77,19 +83,26 @@ def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
     # Unset options take DistillConfig's defaults (see `tools/training/distill.py`); importing
     # it here would load torch for every animfleet command.
     parser.add_argument("--run", default=DEFAULT_DISTILL_RUN, help="run directory (resumes)")
-    parser.add_argument("--teacher", help="teacher directory (models/animfleet-small)")
-    parser.add_argument("--seed", type=int)
-    parser.add_argument("--teacher-steps", type=int, help="32")
-    parser.add_argument("--student-steps", type=int, help="8")
-    parser.add_argument("--image-guidance", type=_pair, help="LOW:HIGH (1:2)")
-    parser.add_argument("--text-guidance", type=_pair, help="LOW:HIGH (1:3)")
-    parser.add_argument("--trajectories", type=int, help="teacher samples (1024)")
-    parser.add_argument("--steps", type=int, help="student training steps (1500)")
-    parser.add_argument("--batch-size", type=int, help="16")
+    parser.add_argument("--teacher", help="teacher directory (default: models/animfleet-small)")
+    parser.add_argument("--seed", type=int, help="only when starting a run (default: 0)")
+    parser.add_argument(
+        "--teacher-steps", type=int, help="teacher sampling steps per target (default: 32)"
+    )
+    parser.add_argument("--student-steps", type=int, help="steps the student serves (default: 8)")
+    parser.add_argument(
+        "--image-guidance", type=_pair, help="LOW:HIGH scales learnt (default: 1:2)"
+    )
+    parser.add_argument("--text-guidance", type=_pair, help="LOW:HIGH scales learnt (default: 1:3)")
+    parser.add_argument("--trajectories", type=int, help="teacher samples (default: 1024)")
+    parser.add_argument("--steps", type=int, help="student training steps (default: 1500)")
+    parser.add_argument("--batch-size", type=int, help="student batch size (default: 16)")
     parser.add_argument("--minutes", type=float, help="stop this stretch after this long")
     parser.add_argument("--checkpoint-every", type=int, default=50, help="steps")
     parser.add_argument(
-        "--export", nargs="?", const=str(SHIPPED_STUDENT_DIR), help="write the student here"
+        "--export",
+        nargs="?",
+        const=str(SHIPPED_STUDENT_DIR),
+        help="write the student here (a bare --export: the shipped student's directory)",
     )
 
 
@@ -135,11 +148,11 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="out/eval", help="report, contact sheet and MP4s")
     parser.add_argument("--per-family", type=int, default=64, help="held-out clips per family")
     parser.add_argument("--steps", default="15,32", help="DPM-Solver++ step counts to evaluate")
-    parser.add_argument("--size", type=int, default=32)
+    parser.add_argument("--size", type=int, default=32, help="frame width and height, pixels")
     # The shipped model's best scales: its passes predict clean clips, which guidance combines
     # linearly, so scales above 1 extrapolate pixels (ghosting) rather than motion.
-    parser.add_argument("--image-guidance", type=float, default=1.0)
-    parser.add_argument("--text-guidance", type=float, default=1.0)
+    parser.add_argument("--image-guidance", type=float, default=1.0, help="image guidance scale")
+    parser.add_argument("--text-guidance", type=float, default=1.0, help="text guidance scale")
     parser.add_argument("--families", default="pan,zoom,rotate,bounce,sway", help="comma-separated")
     parser.add_argument(
         "--card", action="store_true", help="rewrite the model's README.md from this report"
