@@ -29,8 +29,8 @@ def test_templated_message_equals_what_kombu_builds(
     servers: LocalFleet, redis_client: redis.Redis
 ) -> None:
     queue = queue_for(servers, redis_client)
-    ours = json.loads(queue._message("q1.0123abcd"))
-    theirs = json.loads(queue._build_message("q1.0123abcd"))
+    ours = json.loads(queue.messages.for_job("q1.0123abcd"))
+    theirs = json.loads(queue.messages.build("q1.0123abcd"))
     assert ours["properties"].pop("delivery_tag") != theirs["properties"].pop("delivery_tag")
     assert ours == theirs
     assert (
