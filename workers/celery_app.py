@@ -30,6 +30,7 @@ from structlog.contextvars import bound_contextvars
 from animfleet import logs
 from animfleet.constants import ANIMATE_TASK
 from animfleet.region.jobstore import JobStore
+from animfleet.region.workers import WorkerRegistry
 from animfleet.topology import Region, Topology
 from workers.settings import WorkerSettings
 
@@ -76,6 +77,9 @@ class WorkerProcess:
                 raise RuntimeError(f"set {REGION_ENV} to the region this worker serves")
             self.region = Topology.load().region(name)
             self.settings = WorkerSettings.from_env()
+        if self.settings.name is None:  # named once, in the main process, before any fork
+            name = f"{socket.gethostname()}-{os.getpid()}"
+            self.settings = self.settings.model_copy(update={"name": name})
         return self.region, self.settings
 
 
@@ -198,6 +202,20 @@ def leave_fleet(**_: Any) -> None:
         process.runner.heartbeat.stop()
 
 
+def drain(**_: Any) -> None:
+    """In the main process, on SIGTERM: leave the capacity count now, so no dispatcher admits to
+    this worker while it finishes its job (its heartbeats no longer count it)."""
+    region, settings = process.context()
+    assert settings.name is not None
+    try:
+        registry = WorkerRegistry(redis.Redis.from_url(region.broker_url), region.name)
+        registry.drain(settings.name, for_s=settings.visibility_timeout_s)
+    except redis.RedisError as error:  # the heartbeat lapses instead, within its TTL
+        log.warning("worker.drain_unrecorded", worker=settings.name, error=str(error))
+        return
+    log.info("worker.draining", worker=settings.name, region=region.name)
+
+
 def guard_memory(**_: Any) -> None:
     """In the main process: serve /metrics, watch the pool child's memory
     (see workers/memguard.py)."""
@@ -219,6 +237,7 @@ def use_our_logging(**_: Any) -> None:
 signals.worker_process_init.connect(load_model, weak=False)
 signals.worker_process_shutdown.connect(leave_fleet, weak=False)
 signals.worker_ready.connect(guard_memory, weak=False)
+signals.worker_shutting_down.connect(drain, weak=False)
 signals.setup_logging.connect(use_our_logging, weak=False)
 
 

@@ -14,6 +14,7 @@ INPUT_KEY = KEY_PREFIX + "input:"  # + job id -> input image bytes until the job
 WORKER_KEY = KEY_PREFIX + "worker:"  # + region + ":" + worker -> JSON heartbeat, expiring
 WORKER_SET = KEY_PREFIX + "workers:"  # + region -> zset worker -> time its heartbeat lapses
 BUSY_SET = KEY_PREFIX + "busy:"  # + region -> zset of workers running a job, same scores
+DRAINING_KEY = KEY_PREFIX + "draining:"  # + region + ":" + worker -> set while it shuts down
 
 QUEUED_SET = KEY_PREFIX + "queued:"  # + region -> zset of queued job ids scored by enqueue time
 START_BY_SET = KEY_PREFIX + "start-by:"  # + region -> zset of queued job ids by start deadline
@@ -28,6 +29,20 @@ WEBHOOKS_ALIVE_KEY = KEY_PREFIX + "webhooks-alive:"  # + region -> set by its sc
 ROUTING_KEY = KEY_PREFIX + "routing"  # JSON: the routing table and the loads behind it
 HOLDING_SET = KEY_PREFIX + "holding:"  # + home region -> zset of its jobs this region holds
 WAITING_SET = KEY_PREFIX + "waiting:"  # + region -> zset of its jobs waiting at dispatchers
+
+# The durable backlog ahead of a region's GPU queue, owned by :mod:`.backlog` (and moved out of
+# by :mod:`.handoff`): per tenant a zset of job ids by priority then submission time; the
+# tenants' round-robin ring and its member set; their deficits and weights; every backlog job
+# (by submission time) with its Celery message; jobs half-way to another region; a lease.
+BACKLOG_TENANT = KEY_PREFIX + "backlog:"  # + region + ":" + tenant -> zset job id -> order
+BACKLOG_ALL = KEY_PREFIX + "backlog-all:"  # + region -> zset job id -> created at
+BACKLOG_MESSAGE = KEY_PREFIX + "backlog-msg:"  # + region -> hash job id -> Celery message
+BACKLOG_RING = KEY_PREFIX + "backlog-ring:"  # + region -> list of tenants with jobs, in turn
+BACKLOG_ACTIVE = KEY_PREFIX + "backlog-active:"  # + region -> set: the ring's members
+BACKLOG_DEFICIT = KEY_PREFIX + "backlog-deficit:"  # + region -> hash tenant -> DRR deficit
+BACKLOG_WEIGHTS = KEY_PREFIX + "backlog-weights:"  # + region -> hash tenant -> share weight
+BACKLOG_MOVING = KEY_PREFIX + "backlog-moving:"  # + region -> hash job id -> JSON spill claim
+SCHEDULER_LEASE = KEY_PREFIX + "scheduler-lease:"  # + region -> the scheduler moving its jobs
 
 # A finished job's record is kept this long; its input bytes only until it is terminal.
 RECORD_TTL_S = 7 * 24 * 3600

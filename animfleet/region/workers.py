@@ -5,6 +5,10 @@ Two sorted sets per region hold worker names scored by the time their heartbeat 
 members whose score lies in the future gives live and busy GPUs in one command, inside a Lua
 script too, so a worker that dies stops counting as capacity within its TTL without anything
 having to notice the death. A JSON key per worker carries the details (job, variant, pid).
+
+A worker told to stop (SIGTERM, a warm shutdown) is marked draining: it leaves both sets at
+once, and its own heartbeats no longer put it back, so no dispatcher admits to it while it
+finishes the job it has.
 """
 
 from __future__ import annotations
@@ -15,7 +19,27 @@ from typing import Any
 
 import redis
 
-from animfleet.region.keys import BUSY_SET, WORKER_KEY, WORKER_SET
+from animfleet.region.keys import BUSY_SET, DRAINING_KEY, WORKER_KEY, WORKER_SET
+
+# KEYS: details, live set, busy set, draining mark. ARGV: details json, ttl ms, now, lapses,
+# busy (1/0). A draining worker keeps its details fresh but stays out of both sets.
+_BEAT = """
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  redis.call('ZREM', KEYS[2], ARGV[6])
+  redis.call('ZREM', KEYS[3], ARGV[6])
+  return 0
+end
+redis.call('ZADD', KEYS[2], ARGV[4], ARGV[6])
+if ARGV[5] == '1' then
+  redis.call('ZADD', KEYS[3], ARGV[4], ARGV[6])
+else
+  redis.call('ZREM', KEYS[3], ARGV[6])
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[3])
+return 1
+"""
 
 
 class WorkerRegistry:
@@ -24,25 +48,42 @@ class WorkerRegistry:
     def __init__(self, client: redis.Redis, region: str) -> None:
         self.redis, self.region = client, region
         self.live_key, self.busy_key = WORKER_SET + region, BUSY_SET + region
+        self._beat = client.register_script(_BEAT)
 
     def detail_key(self, worker: str) -> str:
         return f"{WORKER_KEY}{self.region}:{worker}"
 
-    def beat(self, worker: str, details: dict[str, Any], ttl_s: float, busy: bool) -> None:
-        """Publish ``worker`` as alive (and busy or idle) until ``ttl_s`` from now."""
+    def draining_key(self, worker: str) -> str:
+        return f"{DRAINING_KEY}{self.region}:{worker}"
+
+    def beat(self, worker: str, details: dict[str, Any], ttl_s: float, busy: bool) -> bool:
+        """Publish ``worker`` as alive (and busy or idle) until ``ttl_s`` from now; returns
+        False (and publishes only its details) while it is draining."""
         now = time.time()
-        lapses = now + ttl_s
+        keys = [self.detail_key(worker), self.live_key, self.busy_key, self.draining_key(worker)]
+        args: list[str | int | float] = [
+            json.dumps(details),
+            int(ttl_s * 1000),
+            now,
+            now + ttl_s,
+            int(busy),
+            worker,
+        ]
+        return bool(self._beat(keys=keys, args=args))
+
+    def drain(self, worker: str, for_s: float) -> None:
+        """Take ``worker`` out of the capacity count now and keep it out for ``for_s`` (longer
+        than its running job can take), while it finishes that job."""
         with self.redis.pipeline() as pipe:
-            pipe.set(self.detail_key(worker), json.dumps(details), px=int(ttl_s * 1000))
-            pipe.zadd(self.live_key, {worker: lapses})
-            if busy:
-                pipe.zadd(self.busy_key, {worker: lapses})
-            else:
-                pipe.zrem(self.busy_key, worker)
-            # Lapsed members are dropped by whoever writes, so the sets stay small.
-            pipe.zremrangebyscore(self.live_key, "-inf", now)
-            pipe.zremrangebyscore(self.busy_key, "-inf", now)
+            pipe.set(self.draining_key(worker), time.time(), px=int(for_s * 1000))
+            pipe.zrem(self.live_key, worker)
+            pipe.zrem(self.busy_key, worker)
             pipe.execute()
+
+    def is_live(self, worker: str) -> bool:
+        """Whether ``worker``'s heartbeat is current (draining workers are not)."""
+        score = self.redis.zscore(self.live_key, worker)
+        return score is not None and score > time.time()
 
     def leave(self, worker: str) -> None:
         """Take ``worker`` out of the region's capacity at once, rather than after its TTL."""

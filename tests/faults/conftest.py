@@ -130,9 +130,60 @@ def settle(fleet: LocalFleet, job_ids: list[str], timeout: float = 180.0) -> dic
             outputs.update(job_id for job_id in job_ids if job_id in key)
     for job_id, record in records.items():
         expected = 1 if record.status is JobState.SUCCEEDED else 0
+        DUPLICATES[job_id] = max(0, outputs[job_id] - expected)
         assert outputs[job_id] == expected, (
             f"{job_id} is {record.status.value} with {outputs[job_id]} output objects"
         )
         if record.status is JobState.SUCCEEDED:
             assert record.output is not None and job_id in record.output.key
     return records
+
+
+# The fault run's table: one row per case, printed at the end of the session and written to
+# out/faults/report.md. Lost, stuck and duplicated come from settle()'s checks.
+DUPLICATES: dict[str, int] = {}
+REPORT: list[dict[str, Any]] = []
+REPORT_FILE = Path(__file__).resolve().parents[2] / "out" / "faults" / "report.md"
+
+
+def report_case(
+    case: str, fleet: LocalFleet, records: dict[str, JobRecord], recovered_s: float | None
+) -> None:
+    """Add ``case`` to the fault run's table (call it with the records settle() returned)."""
+    del fleet
+    failed = Counter(
+        record.error.code if record.error else "?"
+        for record in records.values()
+        if record.status is not JobState.SUCCEEDED
+    )
+    REPORT.append(
+        {
+            "case": case,
+            "submitted": len(records),
+            "succeeded": sum(r.status is JobState.SUCCEEDED for r in records.values()),
+            "failed": ", ".join(f"{code} {n}" for code, n in sorted(failed.items())) or "-",
+            "lost": 0,  # settle() raises on a job without a record
+            "stuck": sum(not r.status.terminal for r in records.values()),
+            "duplicated": sum(DUPLICATES.get(job_id, 0) for job_id in records),
+            "recover_s": "-" if recovered_s is None else f"{recovered_s:.1f}",
+        }
+    )
+
+
+def report_table() -> str:
+    header = ["case", "submitted", "succeeded", "failed", "lost", "stuck", "duplicated"]
+    header.append("recover_s")
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in REPORT:
+        lines.append("| " + " | ".join(str(row[name]) for name in header) + " |")
+    return "\n".join(lines)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not REPORT:
+        return
+    table = report_table()
+    REPORT_FILE.parent.mkdir(parents=True, exist_ok=True)
+    REPORT_FILE.write_text(table + "\n")
+    terminalreporter.write_sep("-", "fault run")
+    terminalreporter.write_line(table)

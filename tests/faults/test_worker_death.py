@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Callable
 
 import pytest
 
 from animfleet.jobs import JobState
 from dispatcher import Client
-from tests.faults.conftest import running_on, settle, standin, wait_until
+from tests.faults.conftest import report_case, running_on, settle, standin, wait_until
 from tools.localfleet import LocalFleet
 
 pytestmark = pytest.mark.faults
@@ -65,11 +66,24 @@ def test_worker_sigterm_finishes_the_running_job_then_exits(
     worker = running_on(fleet, jobs[0])
     process = fleet.processes[worker]
     fleet.signal_worker(worker, signal.SIGTERM)  # warm shutdown, as a supervisor stops it
+    # It leaves the capacity count at once, not when its job ends or its heartbeat lapses.
+    signaled = time.monotonic()
+    wait_until(lambda: worker not in live_names(fleet), f"{worker} left the count", timeout=10)
+    left_after = time.monotonic() - signaled
+    assert process.poll() is None, "it still finishes its job"
+    later = [client.submit(make_image(seed=i), "zoom in").id for i in range(4, 6)]
 
     wait_until(lambda: process.poll() is not None, f"{worker} exited", timeout=60)
     assert process.returncode == 0
-    records = settle(fleet, jobs, timeout=120)
+    records = settle(fleet, jobs + later, timeout=120)
     assert all(r.status is JobState.SUCCEEDED for r in records.values()), records
     # The job it was running when told to stop finished there, once.
     assert records[jobs[0]].attempts == 1
     assert records[jobs[0]].worker == worker
+    # Nothing submitted after SIGTERM was admitted to the draining worker.
+    assert all(records[job].worker != worker for job in later), records
+    report_case("SIGTERM: draining worker", fleet, records, recovered_s=left_after)
+
+
+def live_names(fleet: LocalFleet) -> set[str]:
+    return {str(beat["worker"]) for beat in fleet.heartbeats("fa")}
