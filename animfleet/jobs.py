@@ -12,6 +12,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from animfleet.errors import AnimfleetError, PermanentError
 
 JOB_ID_TOKEN_BYTES = 16
+# Fair share: who a job is billed to, and its urgency within that tenant (higher starts first).
+DEFAULT_TENANT = "default"
+DEFAULT_PRIORITY = 5
+MAX_PRIORITY = 9
 
 
 class JobState(StrEnum):
@@ -36,8 +40,9 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.QUEUED: frozenset(
         {JobState.RUNNING, JobState.FAILED, JobState.CANCELED, JobState.EXPIRED}
     ),
+    # running -> queued: its worker vanished and a sweeper put the job back on the queue.
     JobState.RUNNING: frozenset(
-        {JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELED}
+        {JobState.QUEUED, JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELED}
     ),
     JobState.SUCCEEDED: frozenset(),
     JobState.FAILED: frozenset(),
@@ -165,10 +170,14 @@ class JobRecord(BaseModel):
     start_deadline: float | None = None  # unix time; not started by then -> expired
     deadline: float | None = None  # unix time; still running then -> canceled
     metadata: dict[str, Any] = Field(default_factory=dict)
+    tenant: str = DEFAULT_TENANT
+    priority: int = DEFAULT_PRIORITY  # 0-9, higher first within its tenant
 
     def start_overdue(self, now: float) -> bool:
-        """Queued past its start deadline (or its total deadline): it must not start."""
-        limits = [t for t in (self.start_deadline, self.deadline) if t is not None]
+        """Queued past its start deadline (or its total deadline): it must not start. A job
+        requeued after its worker vanished did start in time: only its deadline counts."""
+        start_by = self.start_deadline if self.attempts == 0 else None
+        limits = [t for t in (start_by, self.deadline) if t is not None]
         return self.status is JobState.QUEUED and bool(limits) and now >= min(limits)
 
     def end(self, state: JobState, code: str, message: str) -> None:

@@ -88,7 +88,8 @@ class LocalFleet:
     gateway_ports: dict[str, int] = field(default_factory=dict)
     latency_ms: dict[str, dict[str, float]] = field(default_factory=dict)  # default: a line
     router_period_s: float | None = None  # run ``animfleet router`` with this period
-    redis_persistence: bool = False  # appendonly, so restart_redis() keeps queues and records
+    # appendonly + appendfsync everysec, as production should run: a restart loses at most ~1 s.
+    redis_persistence: bool = True
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     fleet_file: Path = field(init=False)
     redis_port: int = 0

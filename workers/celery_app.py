@@ -109,7 +109,10 @@ def celery_config(region: Region, settings: WorkerSettings) -> dict[str, Any]:
         # of 4 s would kill it mid-load and fork another, forever.
         "worker_proc_alive_timeout": settings.model_load_timeout_s,
         "worker_concurrency": 1,
-        "worker_cancel_long_running_tasks_on_connection_loss": True,
+        # A broker blip must not throw the running job's GPU work away: the job keeps running
+        # (its record updates retry for 30 s), finishes and records its result; if its ack is
+        # lost with the connection, the redelivered message finds the record terminal.
+        "worker_cancel_long_running_tasks_on_connection_loss": False,
         "worker_send_task_events": True,
     }
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import time
 from dataclasses import dataclass
 
 import structlog
 from billiard.exceptions import SoftTimeLimitExceeded
+from PIL import Image
 from tenacity import Retrying, retry_if_exception_type, stop_before_delay, wait_random_exponential
 
 from animfleet.jobs import (
@@ -18,6 +20,7 @@ from animfleet.jobs import (
     JobState,
 )
 from animfleet.region.jobstore import JobNotFound, JobStore, expire_if_overdue
+from animfleet.region.workers import WorkerRegistry
 from animfleet.topology import Region
 from storage import ObjectInfo, ObjectStore, StorageError, StorageUnavailable, output_key
 from workers import metrics as worker_metrics
@@ -70,6 +73,11 @@ class JobRunner:
             return
         if record.status.terminal:  # e.g. canceled or expired while queued: never starts
             bound.info("job.already_terminal", status=record.status.value)
+            return
+        if self._running_elsewhere(record):
+            # A second delivery of a job a live worker runs (a requeue raced the broker's own
+            # redelivery): running it again would only waste a GPU.
+            bound.info("job.duplicate_delivery", running_on=record.worker)
             return
         now = time.time()
         if record.start_overdue(now):
@@ -125,10 +133,16 @@ class JobRunner:
         else:
             self._finish(bound, job_id, JobState.SUCCEEDED, output=output, metrics=metrics)
 
+    def _running_elsewhere(self, record: JobRecord) -> bool:
+        if record.status is not JobState.RUNNING or record.worker in (None, self.worker_name):
+            return False
+        return WorkerRegistry(self.store.redis, self.region.name).present(str(record.worker))
+
     def _execute(self, record: JobRecord) -> tuple[JobOutput, dict[str, float]]:
         image = self.store.input_image(record.id)
         if image is None:
             raise JobFailed("input_missing", "the job's input image is no longer stored")
+        check_decodes(image)
         params = record.params
 
         def on_step(step: int, total: int) -> None:
@@ -234,3 +248,14 @@ class JobRunner:
             output_key=output.key if output else None,
             **record.metrics.model_dump(exclude_none=True),
         )
+
+
+def check_decodes(image: bytes) -> None:
+    """Decode the stored input fully before any GPU time is spent on it: a file that passed the
+    dispatcher's header check but cannot be decoded fails as ``input_invalid``, as it would
+    have at the edge, not as a model or internal error."""
+    try:
+        with Image.open(io.BytesIO(image)) as decoded:
+            decoded.load()
+    except (OSError, ValueError, Image.DecompressionBombError, SyntaxError) as error:
+        raise JobFailed("input_invalid", f"the input image cannot be decoded: {error}") from None

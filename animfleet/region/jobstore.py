@@ -30,6 +30,7 @@ from animfleet.region.keys import (
     QUEUED_SET,
     RECORD_TTL_S,
     RUN_TIMES,
+    RUNNING_SET,
     START_BY_SET,
     WAITING_SET,
     WORKER_SET,
@@ -203,10 +204,16 @@ class JobStore:
         raw = self._retrying()(self.redis.get, INPUT_KEY + job_id)
         return raw if isinstance(raw, bytes) else None
 
-    def update(self, job_id: str, change: Callable[[JobRecord], None]) -> JobRecord:
+    def update(
+        self,
+        job_id: str,
+        change: Callable[[JobRecord], None],
+        also: Callable[[redis.client.Pipeline, JobRecord], None] | None = None,
+    ) -> JobRecord:
         """Apply ``change`` to the current record atomically and return the new record.
 
         ``change`` may raise (e.g. :class:`IllegalTransition`); then nothing is written.
+        ``also`` adds commands to the same transaction (a requeue pushes the job's message).
         Once the record is terminal, its input bytes are dropped. A connection failure is
         retried for up to ``retry_s`` (``change`` then runs again on the record as it is).
         """
@@ -225,6 +232,16 @@ class JobStore:
             if record.status is not JobState.QUEUED:
                 pipe.zrem(QUEUED_SET + record.region, job_id)
                 pipe.zrem(START_BY_SET + record.region, job_id)
+            elif before.status is not JobState.QUEUED:  # requeued: back in line, by age
+                pipe.zadd(QUEUED_SET + record.region, {job_id: record.created_at})
+                if record.deadline is not None:  # expired while it waits, like any queued job
+                    pipe.zadd(START_BY_SET + record.region, {job_id: record.deadline})
+            if record.status is JobState.RUNNING:  # where the sweeper looks for lost workers
+                pipe.zadd(RUNNING_SET + record.region, {job_id: record.started_at or 0.0})
+            else:
+                pipe.zrem(RUNNING_SET + record.region, job_id)
+            if also is not None:
+                also(pipe, record)
             if record.status.terminal:
                 pipe.delete(INPUT_KEY + job_id)
                 pipe.zrem(HOLDING_SET + record.home_region, job_id)
@@ -341,6 +358,10 @@ def expire_if_overdue(record: JobRecord, now: float) -> None:
     """The change that expires a queued job past its start deadline (else refuses)."""
     if not record.start_overdue(now):
         raise IllegalTransition(f"job {record.id} is {record.status.value}, not overdue")
+    if record.attempts:  # it ran, lost its worker, and waited past its deadline to run again
+        message = "its deadline passed while it waited to run again"
+        record.end(JobState.CANCELED, "deadline_exceeded", message)
+        return
     record.end(
         JobState.EXPIRED, "start_deadline_exceeded", "no GPU started the job before its deadline"
     )

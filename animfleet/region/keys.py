@@ -3,7 +3,8 @@
 Each name has one owner module in this package, which alone reads and writes it:
 :mod:`.jobstore` (records, inputs, queue order, deadlines, run times, idempotency, the holding and
 waiting sets), :mod:`.workers` (heartbeats), :mod:`.outbox` (webhook deliveries) and
-:mod:`.status` (read-only counts for the router). The routing table is written by the router
+:mod:`.status` (read-only counts for the router) and :mod:`.sweeper` (its lease and the
+time a region lost its last worker). The routing table is written by the router
 and read by dispatchers (``dispatcher/routing``).
 """
 
@@ -17,6 +18,9 @@ BUSY_SET = KEY_PREFIX + "busy:"  # + region -> zset of workers running a job, sa
 DRAINING_KEY = KEY_PREFIX + "draining:"  # + region + ":" + worker -> set while it shuts down
 
 QUEUED_SET = KEY_PREFIX + "queued:"  # + region -> zset of queued job ids scored by enqueue time
+RUNNING_SET = KEY_PREFIX + "running:"  # + region -> zset of running job ids by start time
+SWEEP_LEASE_KEY = KEY_PREFIX + "sweep-lease:"  # + region -> held by one sweeper per pass
+NO_WORKERS_KEY = KEY_PREFIX + "no-workers-since:"  # + region -> when a sweeper first saw none
 START_BY_SET = KEY_PREFIX + "start-by:"  # + region -> zset of queued job ids by start deadline
 RUN_TIMES = KEY_PREFIX + "run-times:"  # + region -> list of recent run seconds, newest first
 IDEMPOTENCY_KEY = KEY_PREFIX + "idem:"  # + scope + ":" + key -> JSON {job_id, fingerprint}

@@ -80,6 +80,10 @@ class WorkerRegistry:
             pipe.zrem(self.busy_key, worker)
             pipe.execute()
 
+    def present(self, worker: str) -> bool:
+        """Alive or draining: its heartbeat details have not expired (a lost host's have)."""
+        return bool(self.redis.exists(self.detail_key(worker)))
+
     def is_live(self, worker: str) -> bool:
         """Whether ``worker``'s heartbeat is current (draining workers are not)."""
         score = self.redis.zscore(self.live_key, worker)

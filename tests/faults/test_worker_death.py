@@ -11,10 +11,19 @@ import pytest
 
 from animfleet.jobs import JobState
 from dispatcher import Client
-from tests.faults.conftest import report_case, running_on, settle, standin, wait_until
+from tests.faults.conftest import (
+    record_of,
+    report_case,
+    running_on,
+    settle,
+    standin,
+    wait_until,
+)
 from tools.localfleet import LocalFleet
 
 pytestmark = pytest.mark.faults
+
+HEARTBEAT_TTL_S = 5.0  # what workers publish (workers/heartbeat.py)
 
 
 def test_worker_host_sigkill_mid_job_is_redelivered_and_nothing_is_lost(
@@ -23,18 +32,27 @@ def test_worker_host_sigkill_mid_job_is_redelivered_and_nothing_is_lost(
     make_image: Callable[..., bytes],
 ) -> None:
     # The whole worker (main process and pool child) dies, as when its host is lost: nobody
-    # rejects the message, so it waits in Redis' unacked set until the visibility timeout.
-    fleet = make_fleet(workers_per_region=2, model_dir=standin(2.0))
+    # rejects the message, which waits in Redis' unacked set until the visibility timeout (30 s
+    # here, 15 min by default). The sweeper requeues the job once the worker's heartbeat lapses.
+    fleet = make_fleet(workers_per_region=2, model_dir=standin(2.0), webhooks=True)
     client = make_client(fleet)
     jobs = [client.submit(make_image(seed=i), "pan left").id for i in range(4)]
     victim_job = jobs[0]
     victim = running_on(fleet, victim_job)
     fleet.kill_process(victim)
+    killed = time.monotonic()
 
+    def restarted() -> bool:
+        record = record_of(fleet, victim_job)
+        return record.attempts == 2 or record.status.terminal
+
+    wait_until(restarted, f"{victim_job} running again", timeout=3 * HEARTBEAT_TTL_S)
+    recovered_s = time.monotonic() - killed
     records = settle(fleet, jobs, timeout=150)
     assert all(r.status is JobState.SUCCEEDED for r in records.values()), records
     assert records[victim_job].attempts == 2
     assert records[victim_job].worker != victim
+    report_case("worker host SIGKILL mid-job", fleet, records, recovered_s=recovered_s)
 
 
 def test_worker_pool_child_sigkill_mid_job_is_redelivered(

@@ -26,6 +26,7 @@ from animfleet.metrics import port_from_env, serve
 from animfleet.netguard import NetGuard
 from animfleet.region.jobstore import JobStore
 from animfleet.region.outbox import DueSet, mark_sender_alive
+from animfleet.region.sweeper import Sweeper, SweepSettings
 from animfleet.topology import Region
 from storage import open_store
 from workers.webhooks.sender import Sender
@@ -39,10 +40,13 @@ def queue_name(region: Region) -> str:
 
 
 class Scheduler:
-    """Moves due deliveries onto the Celery queue; expires overdue queued jobs."""
+    """Moves due deliveries onto the Celery queue; expires overdue queued jobs; sweeps the
+    region for jobs whose worker is gone (:mod:`animfleet.region.sweeper`)."""
 
-    def __init__(self, app: Celery, sender: Sender, region: Region) -> None:
-        self.app, self.sender, self.region = app, sender, region
+    def __init__(
+        self, app: Celery, sender: Sender, region: Region, sweeper: Sweeper | None = None
+    ) -> None:
+        self.app, self.sender, self.region, self.sweeper = app, sender, region, sweeper
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="webhook-scheduler", daemon=True)
 
@@ -66,6 +70,8 @@ class Scheduler:
             )
         for job_id in self.sender.store.expire_overdue(self.region.name, now):
             log.info("job.transition", job_id=job_id, status="expired", region=self.region.name)
+        if self.sweeper is not None:
+            self.sweeper.sweep(now)
         alive_s = max(5.0, 3 * self.sender.settings.poll_s)
         mark_sender_alive(self.sender.store.redis, self.region.name, alive_s)
         return len(claimed)
@@ -106,7 +112,7 @@ def create_app(region: Region, settings: WebhookSettings, netguard: NetGuard) ->
         objects=open_store(region.storage),
         presign_expiry_s=region.storage.presign_expiry_s,
     )
-    scheduler = Scheduler(app, sender, region)
+    scheduler = Scheduler(app, sender, region, Sweeper(region, store, SweepSettings.from_env()))
 
     @app.task(name=WEBHOOK_TASK)  # type: ignore[untyped-decorator]
     def deliver(delivery_id: str, lease_until: float) -> None:

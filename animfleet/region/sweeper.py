@@ -1,0 +1,201 @@
+"""Finds a region's jobs that nothing will finish, and finishes or requeues them.
+
+Runs inside a process that already runs once per region (the webhook sender's scheduler), every
+second; several copies are safe: each pass holds a short lease on the region, and every change
+is a transaction on the record that re-checks what the pass saw.
+
+- A ``running`` job whose worker is gone (its heartbeat details expired: host lost, process
+  killed) goes back on the queue at once, the same job id, with its message pushed in the same
+  transaction; past its ``deadline`` it ends ``canceled``/``deadline_exceeded`` instead, and
+  after ``max_deliveries`` starts it fails ``worker_lost``. Recovery takes the heartbeat TTL
+  plus one pass, not the broker's visibility timeout. At most one output holds: the output key
+  is the job id, and a late duplicate delivery finds the record running on a live worker (or
+  terminal) and does nothing.
+- A ``queued`` job waits at most ``max_queued_s`` (the default start deadline), and at most
+  ``orphan_after_s`` in a region that has had no live worker that long: then it ends ``expired``.
+- Lapses seen just after the region's Redis (re)started are not trusted: workers need one TTL to
+  beat again, so the pass waits until the server has been up that long.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import redis
+import structlog
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from animfleet.jobs import IllegalTransition, JobRecord, JobState
+from animfleet.region.jobstore import JobNotFound, JobStore
+from animfleet.region.keys import (
+    NO_WORKERS_KEY,
+    QUEUED_SET,
+    RUNNING_SET,
+    SWEEP_LEASE_KEY,
+    WORKER_SET,
+)
+from animfleet.region.messages import AnimateMessages
+from animfleet.region.workers import WorkerRegistry
+from animfleet.settings import EnvSettings, load
+from animfleet.topology import Region
+
+log = structlog.stdlib.get_logger("animfleet.sweeper")
+
+
+class SweepSettings(EnvSettings):
+    """``ANIMFLEET_SWEEPER_*``: read by the process that runs the sweeps (the webhook sender)."""
+
+    model_config = SettingsConfigDict(env_prefix="ANIMFLEET_SWEEPER_")
+
+    heartbeat_ttl_s: float = Field(default=5.0, gt=0)  # what workers publish
+    max_deliveries: int = Field(default=3, ge=1, le=20)  # as the workers' own setting
+    max_queued_s: float = Field(default=3600.0, gt=0)  # the default start deadline
+    orphan_after_s: float = Field(default=900.0, gt=0)  # queued with no live worker this long
+    lease_s: float = Field(default=5.0, gt=0)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> SweepSettings:
+        return load(cls, env)
+
+
+@dataclass
+class SweepResult:
+    requeued: list[str] = field(default_factory=list)
+    ended: dict[str, str] = field(default_factory=dict)  # job id -> the state it ended in
+
+    def __bool__(self) -> bool:
+        return bool(self.requeued or self.ended)
+
+
+class Sweeper:
+    """One region's sweeps (see the module docstring)."""
+
+    def __init__(self, region: Region, store: JobStore, settings: SweepSettings) -> None:
+        self.region, self.store, self.settings = region, store, settings
+        self.redis: redis.Redis = store.redis
+        self.messages = AnimateMessages(region)
+        self.workers = WorkerRegistry(store.redis, region.name)
+        self.holder = f"{id(self)}-{time.time()}"
+
+    def sweep(self, now: float | None = None) -> SweepResult:
+        """One pass; does nothing while another copy holds the region's lease."""
+        now = time.time() if now is None else now
+        result = SweepResult()
+        lease = SWEEP_LEASE_KEY + self.region.name
+        ms = int(self.settings.lease_s * 1000)
+        if not self.redis.set(lease, self.holder, nx=True, px=ms):
+            if self.redis.get(lease) != self.holder.encode():
+                return result
+            self.redis.pexpire(lease, ms)
+        if self._redis_up_s() >= self.settings.heartbeat_ttl_s + 1.0:
+            self._sweep_running(now, result)
+        self._sweep_queued(now, result)
+        return result
+
+    def _redis_up_s(self) -> float:
+        info = self.redis.info("server")
+        return float(info.get("uptime_in_seconds", 0))
+
+    # -- running jobs whose worker is gone ---------------------------------------------------
+    def _worker_present(self, worker: str | None) -> bool:
+        return worker is not None and self.workers.present(worker)
+
+    def _running_jobs(self) -> list[JobRecord]:
+        """The records the job store lists as running in this region (stale entries dropped)."""
+        records: list[JobRecord] = []
+        for raw in self.redis.zrange(RUNNING_SET + self.region.name, 0, -1):
+            job_id = raw.decode() if isinstance(raw, bytes) else str(raw)
+            try:
+                record = self.store.get(job_id)
+            except JobNotFound:
+                self.redis.zrem(RUNNING_SET + self.region.name, job_id)
+                continue
+            if record.status is not JobState.RUNNING:
+                self.redis.zrem(RUNNING_SET + self.region.name, job_id)
+                continue
+            records.append(record)
+        return records
+
+    def _sweep_running(self, now: float, result: SweepResult) -> None:
+        for record in self._running_jobs():
+            if self._worker_present(record.worker):
+                continue
+            ended = self._recover(record, now)
+            if ended is None:
+                result.requeued.append(record.id)
+                log.warning("job.requeued", job_id=record.id, lost_worker=record.worker)
+            elif ended:
+                result.ended[record.id] = ended
+                log.warning("job.ended_by_sweeper", job_id=record.id, status=ended)
+
+    def _recover(self, seen: JobRecord, now: float) -> str | None:
+        """Requeue ``seen`` (None) or end it; '' if the record moved on meanwhile."""
+        outcome: list[str] = []
+
+        def change(record: JobRecord) -> None:
+            if record.status is not JobState.RUNNING or record.worker != seen.worker:
+                raise IllegalTransition(f"job {record.id} moved on")
+            if record.deadline is not None and now >= record.deadline:
+                record.end(JobState.CANCELED, "deadline_exceeded", "its worker was lost")
+            elif record.attempts >= self.settings.max_deliveries:
+                message = f"its worker was lost {record.attempts} times running it; giving up"
+                record.end(JobState.FAILED, "worker_lost", message)
+            else:
+                record.transition(JobState.QUEUED)
+                record.worker, record.progress.step = None, 0
+            outcome.append(record.status.value)
+
+        def push(pipe: redis.client.Pipeline, record: JobRecord) -> None:
+            if record.status is JobState.QUEUED:
+                pipe.lpush(self.region.queue, self.messages.for_job(record.id))
+
+        try:
+            self.store.update(seen.id, change, also=push)
+        except (IllegalTransition, JobNotFound):
+            return ""
+        return None if outcome[-1] == JobState.QUEUED.value else outcome[-1]
+
+    # -- queued jobs that would wait forever -------------------------------------------------
+    def _sweep_queued(self, now: float, result: SweepResult) -> None:
+        queued = QUEUED_SET + self.region.name
+        oldest = now - self.settings.max_queued_s
+        overdue = [_text(raw) for raw in self.redis.zrangebyscore(queued, "-inf", oldest)]
+        for job_id in overdue:
+            self._expire(job_id, "start_deadline_exceeded", "waited longer than the region allows")
+            result.ended[job_id] = JobState.EXPIRED.value
+        since = self._no_workers_since(now)
+        if since is not None and now - since >= self.settings.orphan_after_s:
+            for job_id in (_text(raw) for raw in self.redis.zrange(queued, 0, -1)):
+                message = f"no GPU worker in region {self.region.name} for {now - since:.0f}s"
+                if self._expire(job_id, "no_capacity", message):
+                    result.ended[job_id] = JobState.EXPIRED.value
+
+    def _no_workers_since(self, now: float) -> float | None:
+        key = NO_WORKERS_KEY + self.region.name
+        live = self.redis.zcount(WORKER_SET + self.region.name, now, "+inf")
+        if live:
+            self.redis.delete(key)
+            return None
+        self.redis.set(key, now, nx=True)
+        raw = self.redis.get(key)
+        return float(raw) if raw is not None else now
+
+    def _expire(self, job_id: str, code: str, message: str) -> bool:
+        def change(record: JobRecord) -> None:
+            if record.status is not JobState.QUEUED:
+                raise IllegalTransition(f"job {record.id} is {record.status.value}")
+            record.end(JobState.EXPIRED, code, message)
+
+        try:
+            self.store.update(job_id, change)
+        except (IllegalTransition, JobNotFound):
+            self.redis.zrem(QUEUED_SET + self.region.name, job_id)
+            return False
+        return True
+
+
+def _text(raw: object) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
