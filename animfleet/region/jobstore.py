@@ -20,8 +20,10 @@ from tenacity import Retrying, retry_if_exception_type, stop_before_delay, wait_
 from animfleet.errors import PermanentError
 from animfleet.jobs import IllegalTransition, JobRecord, JobState
 from animfleet.region import outbox
+from animfleet.region.archive import RecordArchive
 from animfleet.region.keys import (
     BUSY_SET,
+    FINISHED_SET,
     HOLDING_SET,
     IDEMPOTENCY_KEY,
     INPUT_KEY,
@@ -245,6 +247,8 @@ class JobStore:
             if record.status.terminal:
                 pipe.delete(INPUT_KEY + job_id)
                 pipe.zrem(HOLDING_SET + record.home_region, job_id)
+                finished = record.completed_at or time.time()
+                pipe.zadd(FINISHED_SET + record.region, {job_id: finished}, nx=True)
             if record.status is JobState.SUCCEEDED and before.status is not JobState.SUCCEEDED:
                 run_time = (record.completed_at or 0.0) - (record.started_at or 0.0)
                 pipe.lpush(RUN_TIMES + record.region, run_time)
@@ -260,6 +264,34 @@ class JobStore:
         )
         assert isinstance(result, JobRecord)
         return result
+
+    # -- finished records leave Redis ------------------------------------------------------
+    def finished_before(self, region: str, before: float, limit: int = 500) -> list[str]:
+        """Ids of ``region``'s jobs that ended before ``before``, oldest first."""
+        raw = self.redis.zrangebyscore(FINISHED_SET + region, "-inf", before, start=0, num=limit)
+        return [item.decode() if isinstance(item, bytes) else str(item) for item in raw]
+
+    def archive(self, job_id: str, region: str, archive: RecordArchive) -> bool:
+        """Move a finished record to ``archive`` and out of Redis; False if it is not a
+        finished record here. A record changed meanwhile is read and written again."""
+        key = JOB_KEY + job_id
+        moved: list[bool] = []
+
+        def move(pipe: redis.client.Pipeline) -> None:  # run again if the record changes
+            moved.clear()
+            raw = pipe.get(key)
+            record = None if raw is None else JobRecord.model_validate_json(raw)
+            finished = record is not None and record.status.terminal
+            if record is not None and finished:
+                archive.put(record)  # written before the delete: a record is never in neither
+            pipe.multi()
+            if finished:
+                pipe.delete(key, INPUT_KEY + job_id)
+            pipe.zrem(FINISHED_SET + region, job_id)
+            moved.append(finished)
+
+        self.redis.transaction(move, key)
+        return bool(moved and moved[0])
 
     # -- the queue as users see it ---------------------------------------------------------
     def queue_position(self, record: JobRecord) -> int | None:

@@ -18,6 +18,7 @@ BUSY_SET = KEY_PREFIX + "busy:"  # + region -> zset of workers running a job, sa
 DRAINING_KEY = KEY_PREFIX + "draining:"  # + region + ":" + worker -> set while it shuts down
 
 QUEUED_SET = KEY_PREFIX + "queued:"  # + region -> zset of queued job ids scored by enqueue time
+FINISHED_SET = KEY_PREFIX + "finished:"  # + region -> zset of terminal job ids by end time
 RUNNING_SET = KEY_PREFIX + "running:"  # + region -> zset of running job ids by start time
 SWEEP_LEASE_KEY = KEY_PREFIX + "sweep-lease:"  # + region -> held by one sweeper per pass
 NO_WORKERS_KEY = KEY_PREFIX + "no-workers-since:"  # + region -> when a sweeper first saw none

@@ -29,6 +29,7 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from animfleet.jobs import IllegalTransition, JobRecord, JobState
+from animfleet.region.archive import Objects, RecordArchive
 from animfleet.region.jobstore import JobNotFound, JobStore
 from animfleet.region.keys import (
     NO_WORKERS_KEY,
@@ -55,6 +56,10 @@ class SweepSettings(EnvSettings):
     max_queued_s: float = Field(default=3600.0, gt=0)  # the default start deadline
     orphan_after_s: float = Field(default=900.0, gt=0)  # queued with no live worker this long
     lease_s: float = Field(default=5.0, gt=0)
+    # Finished records move to the region's bucket after this long (reads fall back to it).
+    archive_after_s: float = Field(default=86400.0, ge=0)
+    # How often outputs that no record points to are looked for and deleted.
+    reconcile_every_s: float = Field(default=300.0, gt=0)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> SweepSettings:
@@ -65,16 +70,26 @@ class SweepSettings(EnvSettings):
 class SweepResult:
     requeued: list[str] = field(default_factory=list)
     ended: dict[str, str] = field(default_factory=dict)  # job id -> the state it ended in
-
-    def __bool__(self) -> bool:
-        return bool(self.requeued or self.ended)
+    archived: list[str] = field(default_factory=list)
+    orphans_deleted: list[str] = field(default_factory=list)  # object keys
 
 
 class Sweeper:
     """One region's sweeps (see the module docstring)."""
 
-    def __init__(self, region: Region, store: JobStore, settings: SweepSettings) -> None:
+    def __init__(
+        self,
+        region: Region,
+        store: JobStore,
+        settings: SweepSettings,
+        objects: Objects | None = None,
+    ) -> None:
         self.region, self.store, self.settings = region, store, settings
+        self.objects = objects
+        prefix = region.storage.prefix
+        self.archive = RecordArchive(objects, prefix) if objects is not None else None
+        self.outputs_prefix = prefix + "outputs/"
+        self._reconciled_at = 0.0
         self.redis: redis.Redis = store.redis
         self.messages = AnimateMessages(region)
         self.workers = WorkerRegistry(store.redis, region.name)
@@ -93,6 +108,11 @@ class Sweeper:
         if self._redis_up_s() >= self.settings.heartbeat_ttl_s + 1.0:
             self._sweep_running(now, result)
         self._sweep_queued(now, result)
+        if self.archive is not None:
+            self._archive_finished(now, result)
+            if now - self._reconciled_at >= self.settings.reconcile_every_s:
+                self._reconciled_at = now
+                self.reconcile_outputs(result)
         return result
 
     def _redis_up_s(self) -> float:
@@ -195,6 +215,36 @@ class Sweeper:
             self.redis.zrem(QUEUED_SET + self.region.name, job_id)
             return False
         return True
+
+    # -- finished records and outputs ---------------------------------------------------------
+    def _archive_finished(self, now: float, result: SweepResult) -> None:
+        assert self.archive is not None
+        before = now - self.settings.archive_after_s
+        for job_id in self.store.finished_before(self.region.name, before):
+            if self.store.archive(job_id, self.region.name, self.archive):
+                result.archived.append(job_id)
+
+    def reconcile_outputs(self, result: SweepResult | None = None) -> list[str]:
+        """Delete outputs no record points to: their record was lost (a Redis failover, a
+        restart without persistence) or their job was canceled while it uploaded."""
+        assert self.objects is not None and self.archive is not None
+        deleted: list[str] = []
+        for key in self.objects.list_keys(self.outputs_prefix):
+            job_id = key.removeprefix(self.outputs_prefix).removesuffix(".mp4")
+            try:
+                record: JobRecord | None = self.store.get(job_id)
+            except JobNotFound:
+                record = self.archive.get(job_id)
+            if record is not None and not record.status.terminal:
+                continue  # still running: its upload may be under way
+            if record is not None and record.output is not None and record.output.key == key:
+                continue
+            self.objects.delete(key)
+            deleted.append(key)
+            log.warning("output.orphan_deleted", key=key, job_id=job_id)
+        if result is not None:
+            result.orphans_deleted.extend(deleted)
+        return deleted
 
 
 def _text(raw: object) -> str:

@@ -17,7 +17,9 @@ from tools.localfleet import LocalFleet
 
 pytestmark = pytest.mark.faults
 
-SWEEPER_ENV = {"ANIMFLEET_SWEEPER_ORPHAN_AFTER_S": "4"}
+# The running job's deadline (8 s) passes before the orphan limit (6 s after the last worker
+# lapsed, which is at least 5 s after the kill) can end it.
+SWEEPER_ENV = {"ANIMFLEET_SWEEPER_ORPHAN_AFTER_S": "6"}
 
 
 def test_the_regions_only_worker_lost_for_good_strands_nothing(
@@ -30,7 +32,7 @@ def test_the_regions_only_worker_lost_for_good_strands_nothing(
     )
     client = make_client(fleet)
     # One running with a deadline, one queued behind it with none: the case that waited forever.
-    running = client.submit(make_image(seed=1), "pan left", deadline=12).id
+    running = client.submit(make_image(seed=1), "pan left", deadline=8).id
     waiting = client.submit(make_image(seed=2), "pan left").id
     worker = running_on(fleet, running)
     fleet.kill_process(worker)

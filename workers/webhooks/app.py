@@ -112,7 +112,8 @@ def create_app(region: Region, settings: WebhookSettings, netguard: NetGuard) ->
         objects=open_store(region.storage),
         presign_expiry_s=region.storage.presign_expiry_s,
     )
-    scheduler = Scheduler(app, sender, region, Sweeper(region, store, SweepSettings.from_env()))
+    sweeper = Sweeper(region, store, SweepSettings.from_env(), objects=sender.objects)
+    scheduler = Scheduler(app, sender, region, sweeper)
 
     @app.task(name=WEBHOOK_TASK)  # type: ignore[untyped-decorator]
     def deliver(delivery_id: str, lease_until: float) -> None:
