@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from animfleet.jobs import JobRecord, JobState
 from animfleet.region.keys import (
+    JOB_KEY,
     WEBHOOK_DELIVERY_KEY,
     WEBHOOK_DUE_SET,
     WEBHOOK_JOB_KEY,
@@ -117,6 +118,11 @@ def replay_last(client: redis.Redis, job_id: str) -> WebhookDelivery | None:
     if raw is None:
         return None
     delivery = WebhookDelivery.model_validate_json(raw)
+    if not delivery.data:  # settled: sent again with the record as it is now
+        record = client.get(JOB_KEY + job_id)
+        if record is None:
+            return None
+        delivery.data = JobRecord.model_validate_json(record).model_dump(mode="json")
     delivery.attempt, delivery.state = 0, "pending"
     with client.pipeline(transaction=True) as pipe:
         queue_delivery(pipe, delivery, time.time())
@@ -130,7 +136,25 @@ def load_delivery(client: redis.Redis, delivery_id: str) -> WebhookDelivery | No
 
 
 def save_delivery(client: redis.Redis, delivery: WebhookDelivery) -> None:
-    client.set(delivery.key, delivery.model_dump_json(), ex=DELIVERY_TTL_S)
+    """Write ``delivery`` back; once it is settled, keep only what a replay needs.
+
+    A settled delivery no longer needs its copy of the job record (a replay renders the record
+    as it is then), and only the job's last event can be replayed: the others are deleted.
+    """
+    if delivery.state == "pending":
+        client.set(delivery.key, delivery.model_dump_json(), ex=DELIVERY_TTL_S)
+        return
+    listing = WEBHOOK_JOB_KEY + delivery.job_id
+    ids = [_text(raw) for raw in client.lrange(listing, 0, -1)]
+    with client.pipeline(transaction=False) as pipe:
+        settled = delivery.model_copy(update={"data": {}})
+        pipe.set(delivery.key, settled.model_dump_json(), ex=DELIVERY_TTL_S)
+        for earlier in ids[:-1]:
+            raw = client.get(WEBHOOK_DELIVERY_KEY + earlier)
+            if raw is not None and WebhookDelivery.model_validate_json(raw).state != "pending":
+                pipe.delete(WEBHOOK_DELIVERY_KEY + earlier)
+                pipe.lrem(listing, 0, earlier)
+        pipe.execute()
 
 
 def mark_sender_alive(client: redis.Redis, region: str, for_s: float) -> None:
@@ -213,3 +237,7 @@ class DueSet:
 def _score(value: float) -> str:
     """Scores as fixed strings, so the task compares exactly what was written."""
     return f"{value:.3f}"
+
+
+def _text(raw: object) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
