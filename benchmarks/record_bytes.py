@@ -29,7 +29,7 @@ from dispatcher import Client
 try:
     from tools.localfleet import LocalFleet
 except ImportError:  # the layout before tools/ existed, to measure an older commit the same way
-    from animfleet.localfleet import LocalFleet  # type: ignore[import-not-found,no-redef]
+    from animfleet.localfleet import LocalFleet  # type: ignore[no-redef]
 
 STANDIN = "tests.fixtures.standin:StandinAnimator"
 
