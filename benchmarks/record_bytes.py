@@ -26,10 +26,10 @@ from PIL import Image
 
 from dispatcher import Client
 
-try:
+try:  # the layout before tools/ existed, to measure an older commit the same way
+    from animfleet.localfleet import LocalFleet  # type: ignore[import-not-found]
+except ImportError:
     from tools.localfleet import LocalFleet
-except ImportError:  # the layout before tools/ existed, to measure an older commit the same way
-    from animfleet.localfleet import LocalFleet  # type: ignore[no-redef]
 
 STANDIN = "tests.fixtures.standin:StandinAnimator"
 
