@@ -27,7 +27,7 @@ from PIL import Image
 from dispatcher import Client
 
 try:  # the layout before tools/ existed, to measure an older commit the same way
-    from animfleet.localfleet import LocalFleet  # type: ignore[import-not-found]
+    from animfleet.localfleet import LocalFleet
 except ImportError:
     from tools.localfleet import LocalFleet
 
@@ -73,7 +73,7 @@ def measure(jobs: int, root: Path) -> tuple[float, int]:
     }
     if "animator" in {spec.name for spec in fields(LocalFleet)}:
         options["animator"] = STANDIN
-    with LocalFleet(root, **options) as fleet:  # type: ignore[arg-type]
+    with LocalFleet(root, **options) as fleet:
         client = Client(fleet.topology)
         ids = [
             client.submit(_png(i), "pan left", home_region="rb", webhook_url=url).id
