@@ -53,6 +53,10 @@ resource "aws_elasticache_parameter_group" "broker" {
   tags = local.tags
 }
 
+# Loss window: replication to the replica is asynchronous, so a primary failover can drop the
+# last writes (typically under a second): jobs acknowledged to callers in that window vanish.
+# Losing every node loses everything since the last daily snapshot. Where an accepted job must
+# never be lost, use Amazon MemoryDB instead (a multi-zone transaction log; see the README).
 resource "aws_elasticache_replication_group" "broker" {
   region = var.aws_region
 
