@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import http.server
 import io
+import math
 import tempfile
 import threading
 import time
@@ -60,8 +61,8 @@ def _wait(check: object, what: str, timeout: float) -> None:
         time.sleep(0.2)
 
 
-def measure(jobs: int, root: Path) -> tuple[float, int]:
-    """(bytes per finished job, keys per job) on a fresh one-region fleet."""
+def measure(jobs: int, root: Path) -> tuple[tuple[float, float], tuple[float, float]]:
+    """(bytes, keys) per finished job once its webhooks settled, and after archiving."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}/hook"
@@ -84,15 +85,39 @@ def measure(jobs: int, root: Path) -> tuple[float, int]:
         store = redis.Redis.from_url(fleet.redis_url("rb"))
         _wait(lambda: store.zcard("animfleet:webhook-due:rb") == 0, "webhooks settled", 120)
         time.sleep(1.0)  # a settled delivery's last write lands just after its due entry goes
-        total, keys = 0, 0
-        for key in store.scan_iter("animfleet:*"):
-            name = key.decode()
-            if any(job_id in name for job_id in ids) or name.startswith("animfleet:webhook:"):
-                total += int(store.memory_usage(key) or 0)
-                keys += 1
+        settled = _job_bytes(store, ids)
+        archived = _archive_all(fleet, store, ids)
         client.close()
     server.shutdown()
-    return total / jobs, round(keys / jobs)
+    return settled, archived
+
+
+def _job_bytes(store: redis.Redis, ids: list[str]) -> tuple[float, float]:
+    """(bytes, keys) per job over every key that names a job or holds a webhook delivery."""
+    total, keys = 0, 0
+    for key in store.scan_iter("animfleet:*"):
+        name = key.decode()
+        if any(job_id in name for job_id in ids) or name.startswith("animfleet:webhook:"):
+            total += int(store.memory_usage(key) or 0)
+            keys += 1
+    return total / len(ids), keys / len(ids)
+
+
+def _archive_all(fleet: LocalFleet, store: redis.Redis, ids: list[str]) -> tuple[float, float]:
+    """The same after the sweeper's archive pass moved every record to the bucket; NaN on a
+    commit that has no archive."""
+    try:
+        from animfleet.region.archive import RecordArchive
+        from animfleet.region.jobstore import JobStore
+        from storage import open_store
+    except ImportError:
+        return math.nan, math.nan
+    storage = fleet.topology.region("rb").storage
+    archive = RecordArchive(open_store(storage), storage.prefix)
+    jobs = JobStore(store)
+    moved = sum(jobs.archive(job_id, "rb", archive) for job_id in ids)
+    assert moved == len(ids), f"archived {moved} of {len(ids)}"
+    return _job_bytes(store, ids)
 
 
 def main() -> None:
@@ -101,13 +126,15 @@ def main() -> None:
     parser.add_argument("--days", type=float, default=1.0, help="days records stay in Redis")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as root:
-        per_job, keys = measure(args.jobs, Path(root) / "fleet")
-    per_million = per_job * 1_000_000 * args.days / 2**30
-    print(f"jobs: {args.jobs}  keys per finished job: {keys}")
-    print(f"Redis bytes per finished job: {per_job:,.0f}")
-    print(
-        f"memory per million jobs a day, records kept {args.days:g} day(s): {per_million:.1f} GiB"
-    )
+        (settled, settled_keys), (archived, archived_keys) = measure(args.jobs, Path(root) / "f")
+    print(f"jobs: {args.jobs}")
+    print(f"{'':<34}{'bytes/job':>10}{'keys/job':>10}")
+    print(f"{'finished, webhooks settled':<34}{settled:>10,.0f}{settled_keys:>10.1f}")
+    if not math.isnan(archived):
+        print(f"{'after the archive pass':<34}{archived:>10,.0f}{archived_keys:>10.1f}")
+    per_million = settled * 1_000_000 * args.days / 2**30
+    kept = f"records kept {args.days:g} day(s) before archiving"
+    print(f"Redis per million jobs a day, {kept}: {per_million:.1f} GiB")
 
 
 if __name__ == "__main__":

@@ -282,11 +282,15 @@ class JobStore:
             raw = pipe.get(key)
             record = None if raw is None else JobRecord.model_validate_json(raw)
             finished = record is not None and record.status.terminal
+            deliveries = outbox.deliveries_of(pipe, job_id)
+            if finished and outbox.any_pending(pipe, deliveries):
+                return  # a webhook still being retried needs the record: a later pass
             if record is not None and finished:
                 archive.put(record)  # written before the delete: a record is never in neither
             pipe.multi()
             if finished:
                 pipe.delete(key, INPUT_KEY + job_id)
+                outbox.forget(pipe, job_id, deliveries)  # nothing left to replay from Redis
             pipe.zrem(FINISHED_SET + region, job_id)
             moved.append(finished)
 

@@ -239,5 +239,24 @@ def _score(value: float) -> str:
     return f"{value:.3f}"
 
 
+def deliveries_of(client: redis.Redis | redis.client.Pipeline, job_id: str) -> list[str]:
+    """Ids of ``job_id``'s deliveries still kept (read before a transaction's MULTI)."""
+    return [_text(raw) for raw in client.lrange(WEBHOOK_JOB_KEY + job_id, 0, -1)]
+
+
+def any_pending(client: redis.Redis | redis.client.Pipeline, delivery_ids: list[str]) -> bool:
+    for delivery_id in delivery_ids:
+        delivery = load_delivery(client, delivery_id)
+        if delivery is not None and delivery.state == "pending":
+            return True
+    return False
+
+
+def forget(pipe: redis.client.Pipeline, job_id: str, delivery_ids: list[str]) -> None:
+    """Inside the caller's transaction: drop what is kept of ``job_id``'s webhook events (its
+    record is leaving Redis for the archive; a replay then answers that there is none)."""
+    pipe.delete(WEBHOOK_JOB_KEY + job_id, *(WEBHOOK_DELIVERY_KEY + i for i in delivery_ids))
+
+
 def _text(raw: object) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
