@@ -98,7 +98,10 @@ class JobRunner:
                 ),
             )
             return
-        record = self._advance(bound, job_id, JobState.RUNNING)
+        started = self._start(bound, job_id)
+        if started is None:
+            return
+        record = started
         bound = bound.bind(attempt=record.attempts)
         try:
             output, metrics = self._execute(record)
@@ -206,16 +209,23 @@ class JobRunner:
         except StorageError as error:
             raise JobFailed("storage_error", str(error)) from error
 
-    def _advance(
-        self, bound: structlog.stdlib.BoundLogger, job_id: str, state: JobState
-    ) -> JobRecord:
+    def _start(self, bound: structlog.stdlib.BoundLogger, job_id: str) -> JobRecord | None:
+        """Mark the job running, in one transaction with the checks that allow it: a job
+        canceled or expired since it was read is not started (and that is no error)."""
+
         def change(record: JobRecord) -> None:
-            record.transition(state)
+            if record.status.terminal:
+                raise IllegalTransition(f"job {job_id} is {record.status.value}")
+            record.transition(JobState.RUNNING)
             record.worker = self.worker_name
             record.progress.step = 0
 
-        record = self.store.update(job_id, change)
-        bound.info("job.transition", status=state.value, attempts=record.attempts)
+        try:
+            record = self.store.update(job_id, change)
+        except IllegalTransition as refused:
+            bound.info("job.not_started", reason=str(refused))
+            return None
+        bound.info("job.transition", status=JobState.RUNNING.value, attempts=record.attempts)
         worker_metrics.job_started(record)
         return record
 

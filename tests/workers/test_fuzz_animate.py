@@ -70,6 +70,7 @@ def test_any_stored_input_ends_the_job_and_never_crashes_the_worker(
     done = runner.store.get(record.id)
     assert done.status in (JobState.SUCCEEDED, JobState.FAILED)
     if done.status is JobState.FAILED:
-        assert done.error is not None and done.error.code in {"model_error", "internal_error"}
+        # Undecodable bytes are an input error, named as such, never an internal one.
+        assert done.error is not None and done.error.code in {"input_invalid", "model_error"}
     else:
         assert done.output is not None and done.output.frames == PARAMS.frames

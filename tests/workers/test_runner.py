@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 import redis
+from PIL import Image
 
 from animfleet.jobs import JobParams, JobRecord, JobState, new_job_id
 from animfleet.region.jobstore import JobStore
@@ -20,6 +22,15 @@ from workers.runner import JobRunner
 from workers.settings import WorkerSettings
 
 PARAMS = JobParams(prompt="sway", frames=4, fps=8, width=32, height=32, seed=1)
+
+
+def _png() -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (32, 32), (90, 120, 200)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+IMAGE = _png()  # the runner decodes the stored input before it spends GPU time
 
 
 class FakeModel:
@@ -58,7 +69,7 @@ def run_job(
         store, objects = JobStore(redis_client), LocalStore(tmp_path / "objects")
         record = JobRecord(id=new_job_id("r1"), region="r1", home_region="r1", params=PARAMS)
         record.attempts = attempts
-        store.create(record, b"image")
+        store.create(record, IMAGE)
         runner = JobRunner(
             region=Region(name="r1", broker_url="redis://unused"),
             settings=WorkerSettings(max_deliveries=3),
@@ -123,7 +134,7 @@ def run_stepping(
     redis_client: redis.Redis, tmp_path: Path, record: JobRecord, after_first: Callable[..., None]
 ) -> tuple[JobRecord, SteppingModel]:
     store = JobStore(redis_client)
-    store.create(record, b"image")
+    store.create(record, IMAGE)
     model = SteppingModel(10, lambda: after_first(store, record.id))
     runner = JobRunner(
         region=Region(name="r1", broker_url="redis://unused"),
@@ -171,3 +182,33 @@ def test_a_job_past_its_start_deadline_is_expired_not_run(
     )
     final, model = run_stepping(redis_client, tmp_path, record, lambda *_: None)
     assert model.steps_run == 0 and final.status is JobState.EXPIRED and final.attempts == 0
+
+
+def test_a_job_canceled_between_its_read_and_its_start_is_not_started(
+    redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    class CancelAfterRead(JobStore):
+        """A cancel lands right after the worker read the queued record."""
+
+        def get(self, job_id: str) -> JobRecord:
+            record = super().get(job_id)
+            if record.status is JobState.QUEUED:
+                self.update(job_id, lambda r: r.end(JobState.CANCELED, "canceled", "by request"))
+            return record
+
+    store = CancelAfterRead(redis_client)
+    record = JobRecord(id=new_job_id("r1"), region="r1", home_region="r1", params=PARAMS)
+    store.create(record, IMAGE)
+    model = SteppingModel(2, lambda: None)
+    runner = JobRunner(
+        region=Region(name="r1", broker_url="redis://unused"),
+        settings=WorkerSettings(),
+        store=store,
+        objects=LocalStore(tmp_path / "objects"),
+        animator=model,  # type: ignore[arg-type]
+        worker_name="w1",
+    )
+    runner.run(record.id)  # no IllegalTransition escapes: the task does not fail
+    final = JobStore(redis_client).get(record.id)
+    assert final.status is JobState.CANCELED and final.attempts == 0
+    assert model.steps_run == 0
