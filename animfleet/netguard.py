@@ -1,8 +1,8 @@
 """Outbound HTTP to user-given URLs (input images, webhooks) without reaching internal services.
 
 Every request goes to an address that was checked: the host is resolved once, *every* resolved
-address must be public (not private, loopback, link-local, cloud metadata, CGNAT, multicast,
-reserved, IPv4-mapped/NAT64/6to4 forms of those...), and the connection is made to that checked
+address must be globally reachable by IANA's special-purpose registries, including every IPv4
+address it carries (:mod:`animfleet.special_addresses`), and the connection is made to that checked
 address (the name is kept for ``Host`` and TLS SNI), so a DNS answer that changes between check
 and connect (rebinding) cannot redirect it. Redirects are followed by hand, each hop checked
 again. Sizes and total time are bounded.
@@ -25,34 +25,13 @@ from pydantic_settings import SettingsConfigDict
 
 from animfleet.errors import PermanentError
 from animfleet.settings import EnvSettings, load
+from animfleet.special_addresses import refusal
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 ALLOWED_SCHEMES = ("http", "https")
 MAX_URL_CHARS = 2048
 MAX_REDIRECTS = 5
-# Addresses Python's ``is_global`` may not flag in every version, refused explicitly.
-BLOCKED_NETWORKS = [
-    ipaddress.ip_network(net)
-    for net in (
-        "0.0.0.0/8",
-        "10.0.0.0/8",
-        "100.64.0.0/10",  # carrier-grade NAT
-        "127.0.0.0/8",
-        "169.254.0.0/16",  # link-local, incl. the 169.254.169.254 metadata service
-        "172.16.0.0/12",
-        "192.0.0.0/24",
-        "192.168.0.0/16",
-        "198.18.0.0/15",
-        "224.0.0.0/4",
-        "240.0.0.0/4",
-        "::/128",
-        "::1/128",
-        "fc00::/7",  # unique local, incl. fd00:ec2::254 (AWS metadata over IPv6)
-        "fe80::/10",
-        "ff00::/8",
-    )
-]
 LOOPBACK = [ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128")]
 
 
@@ -83,13 +62,13 @@ class NetGuard:
 
     # -- checks ------------------------------------------------------------------------------
     def check_address(self, address: IPAddress) -> None:
-        """Raise :class:`BlockedURL` unless ``address`` (and what it embeds) is public."""
-        for candidate in _embedded(address):
-            if self.allow_loopback and any(candidate in net for net in LOOPBACK):
-                continue
-            blocked = any(candidate in net for net in BLOCKED_NETWORKS)
-            if blocked or not candidate.is_global:
-                raise BlockedURL(f"address {address} is not a public internet address")
+        """Raise :class:`BlockedURL` unless ``address`` (and every IPv4 address it carries) is
+        globally reachable by IANA's special-purpose registries."""
+        if self.allow_loopback and any(address in net for net in LOOPBACK):
+            return
+        reason = refusal(address)
+        if reason is not None or not address.is_global:  # Python's view too, for depth
+            raise BlockedURL(f"address {address} is not a public internet address")
 
     def resolve(self, url: str) -> tuple[str, int, list[IPAddress]]:
         """Check ``url``'s form and resolve its host; returns (host, port, checked addresses)."""
@@ -205,21 +184,3 @@ class NetGuard:
         if not response.is_success:
             raise FetchFailed(f"GET returned HTTP {response.status_code}")
         return response.content
-
-
-def _embedded(address: IPAddress) -> list[IPAddress]:
-    """``address`` and any IPv4 address it carries (mapped, compatible, NAT64, 6to4, Teredo)."""
-    found: list[IPAddress] = [address]
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped:
-            found.append(address.ipv4_mapped)
-        if address.sixtofour:
-            found.append(address.sixtofour)
-        if address.teredo:
-            found.extend(address.teredo)
-        packed = int(address)
-        if packed >> 32 == 0 and packed > 1:  # ::a.b.c.d, IPv4-compatible (deprecated)
-            found.append(ipaddress.IPv4Address(packed))
-        if address in ipaddress.ip_network("64:ff9b::/96"):  # NAT64
-            found.append(ipaddress.IPv4Address(packed & 0xFFFFFFFF))
-    return found

@@ -7,6 +7,7 @@ import json
 import random
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
 import httpx
@@ -85,10 +86,15 @@ class Sender:
     def _attempt(self, delivery: WebhookDelivery) -> tuple[WebhookAttempt, float | None]:
         record = JobRecord.model_validate(delivery.data)
         view = job_view(record, objects=self.objects, presign_expiry_s=self.presign_expiry_s)
-        body = json.dumps(
-            {"type": delivery.type, "data": view.model_dump(mode="json")}, separators=(",", ":")
-        ).encode()
-        timestamp = int(time.time())
+        now = time.time()
+        payload = {
+            "type": delivery.type,
+            # Standard Webhooks' payload timestamp: when the event happened, ISO 8601 in UTC.
+            "timestamp": datetime.fromtimestamp(delivery.created_at, UTC).isoformat(),
+            "data": view.model_dump(mode="json"),
+        }
+        body = json.dumps(payload, separators=(",", ":")).encode()
+        timestamp = int(now)
         headers = {
             "content-type": "application/json",
             "user-agent": "animfleet-webhooks/1",

@@ -24,7 +24,8 @@ class WebhookSettings(EnvSettings):
     schedule_s: tuple[float, ...] = Field(default=DEFAULT_SCHEDULE_S, min_length=1)
     jitter: float = Field(default=0.2, ge=0, le=1)  # each delay is scaled by U(1 - j, 1 + j)
     max_retry_after_s: float = Field(default=86400.0, gt=0)  # a receiver's Retry-After, capped
-    timeout_s: float = Field(default=10.0, gt=0, le=60)
+    # Standard Webhooks suggests 15-30 s for a receiver to answer before a retry.
+    timeout_s: float = Field(default=15.0, gt=0, le=60)
     poll_s: float = Field(default=0.5, gt=0, le=30)  # how often due deliveries are looked for
     lease_s: float = Field(default=120.0, gt=0)  # a claimed delivery is retried after this long
     concurrency: int = Field(default=8, ge=1, le=256)
