@@ -1,209 +1,236 @@
-"""`make bench-model`: each model optimization against the plain pipeline, in one run.
+"""`make bench-model`: the served models, from the plain teacher to what the worker serves.
 
-Rows are cumulative: baseline (fp32, eager, stock attention, DDIM 32 steps x 3 passes), then
-+ bf16, + context de-dup, + DPM-Solver++ 15 steps, + torch.compile of the U-Net, + of the VAE
-decoder. Every row runs in a fresh
-process (so its peak RSS is its own) through the worker's own loading code, with one warm-up
-video and then ``--repeats`` timed videos; the median is reported. PSNR compares the frames
-with an fp32, eager, stock-attention run of the same sampler and steps, so it isolates the
-numerical effect of the row. A sampler section compares DDIM and DPM-Solver++ at 15 steps with a
-100-step reference, and an attention section times the temporal cross-attention alone.
+Rows are measured in one run, interleaved (:mod:`tools.serving.measure`: each configuration
+loaded in its own process, then the timed videos round-robin over all of them), one torch
+thread each, through the worker's own ``Animator``; the median of ``--repeats`` videos is
+reported. ``PSNR vs fp32 eager`` compares a row's frames with the fp32, eager, stock-attention
+run of the same model, sampler and steps, so it isolates the row's numerics; below the floor
+the row says FAIL. ``vs baseline`` compares with the baseline row's frames (distillation and
+sampler error included).
+
+Sections: the shipped teacher and student, cumulative, ending at the served configuration
+(student + serving profile + AOT artifact); variants not served (the 4-step student, block
+caching); and a random-weight SVD-style model (diffusers' ``UNetSpatioTemporalConditionModel``,
+the class that serves a real SVD checkpoint) with its precision, de-dup and compile rows.
 """
 
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
-import resource
-import statistics
+import math
+import os
 import tempfile
-import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-import torch
-from tqdm import tqdm
-
+from animfleet.models import SHIPPED_STUDENT_DIR, SHIPPED_TEACHER_DIR
 from benchmarks.attention_bench import attention_report, unet_flops
 from benchmarks.shapes import save_bench_model
-from benchmarks.vae_bench import vae_report
-from workers.model.animator import ShapeBucket, Variant, load_pipeline
-from workers.model.compiled import compile_modules
-
-PROMPT = "zoom in slowly and rotate clockwise"
-Frames = npt.NDArray[np.uint8]
+from tools.serving.measure import Config, Result, measure
+from tools.serving.tune import base_variant
+from workers.model.animator import ShapeBucket, serving_choice
+from workers.model.profile import psnr
+from workers.settings import WorkerSettings
 
 
 @dataclass(frozen=True)
 class Row:
-    label: str
-    precision: str = "fp32"
-    dedup: bool = False
-    scheduler: str = "ddim"
-    steps: int = 32
-    compile: bool = False
-    compile_decoder: bool = False
+    config: Config
+    reference: str  # label of the fp32 eager row of the same model, sampler and steps
+    passes: int
 
 
-ROWS = [
-    Row("baseline: fp32, eager, stock attn, DDIM 32x3"),
-    Row("+ bf16", precision="bf16"),
-    Row("+ context de-dup", precision="bf16", dedup=True),
-    Row("+ DPM-Solver++ 15 steps", precision="bf16", dedup=True, scheduler="dpmsolver++", steps=15),
-    Row("+ torch.compile (U-Net)", "bf16", True, "dpmsolver++", 15, compile=True),
-    Row("+ torch.compile (VAE decoder)", "bf16", True, "dpmsolver++", 15, True, True),
-]
+DEVICE = "cpu"  # --device
 
 
-def _image(size: int) -> Frames:
-    """A smooth test card: gradients and a disc, so motion and errors are visible."""
-    y, x = np.mgrid[0:size, 0:size] / size
-    disc = ((x - 0.6) ** 2 + (y - 0.4) ** 2 < 0.05).astype(float)
-    rgb = np.stack([x, y, 0.5 + 0.5 * disc], axis=-1)
-    return (rgb * 255).astype(np.uint8)
+def _config(label: str, model: Path, steps: int, **changes: object) -> Config:
+    compile_ = bool(changes.pop("compile", False))
+    aot = bool(changes.pop("aot", False))
+    changes.setdefault("precision", "fp32")
+    variant = replace(base_variant(model, steps), **changes)  # type: ignore[arg-type]
+    return Config(label, model, variant, compile_, aot, DEVICE)
 
 
-def _run_row(model_dir: str, row: Row, bucket: ShapeBucket, repeats: int, queue: Any) -> None:
-    """In a child process: load, (compile,) warm up, time ``repeats`` videos."""
-    torch.set_num_threads(2)
-    variant = Variant(
-        name="bench",
-        scheduler=row.scheduler,
-        precision="bf16" if row.precision == "bf16" else "fp32",
-        context_dedup=row.dedup,
-    )
-    pipe = load_pipeline(model_dir, variant)
-    # Counted per step, outside the U-Net: a hook inside a compiled module would be traced,
-    # and a Python counter read there would be specialised on (a recompile per call).
-    steps = [0]
-    compiled = (
-        compile_modules(pipe, decoder=row.compile_decoder, max_buckets=1) if row.compile else None
-    )
-    image = _image(bucket.height)
+def served_rows(teacher: Path, student: Path) -> tuple[list[Row], list[Row]]:
+    """(cumulative rows ending at the served configuration, variants not served)."""
+    served = serving_choice(WorkerSettings(model_dir=student, device=DEVICE), student)[0]
+    steps = base_variant(student).steps
+    tuned = {"precision": served.precision, "context_dedup": served.context_dedup}
+    tuned_label = served.precision + (", compiled" if served.compile else ", eager")
+    base = "baseline: teacher fp32 eager, DDIM 32x3"
+    dpm = "teacher fp32 eager, DPM-Solver++ 15x3"
+    student8 = f"student {steps}x1 fp32 eager"
+    student4 = "student 4x1 fp32 eager"
+    cumulative = [
+        Row(_config(base, teacher, 32, scheduler="ddim", context_dedup=False), base, 3),
+        Row(_config(dpm, teacher, 15, context_dedup=False), dpm, 3),
+        Row(_config("+ bf16 (the old default)", teacher, 15, precision="bf16"), dpm, 3),
+        Row(_config(student8, student, steps, context_dedup=False), student8, 1),
+        Row(
+            _config(f"student {steps}x1 bf16 eager", student, steps, precision="bf16"), student8, 1
+        ),
+        Row(
+            _config(
+                f"+ profile ({tuned_label}): torch.compile at boot",
+                student,
+                steps,
+                compile=True,
+                **tuned,
+            ),
+            student8,
+            1,
+        ),
+        Row(
+            _config(
+                f"served: + AOT artifact ({served.precision})",
+                student,
+                steps,
+                compile=served.compile,
+                aot=True,
+                **tuned,
+            ),
+            student8,
+            1,
+        ),
+    ]
+    variants = [
+        Row(_config(student4, student, 4, context_dedup=False), student4, 1),
+        Row(
+            _config(
+                "student 4x1 + profile + AOT artifact",
+                student,
+                4,
+                compile=served.compile,
+                aot=True,
+                **tuned,
+            ),
+            student4,
+            1,
+        ),
+        Row(
+            _config(f"student {steps}x1 fp32 + block cache /2", student, steps, block_cache=2),
+            student8,
+            1,
+        ),
+        Row(
+            _config(f"student {steps}x1 fp32 + block cache /3", student, steps, block_cache=3),
+            student8,
+            1,
+        ),
+    ]
+    return cumulative, variants
 
-    def video() -> Frames:
-        frames: Frames = pipe(
-            image,
-            PROMPT,
-            num_frames=bucket.frames,
-            fps=8,
-            num_inference_steps=row.steps,
-            seed=0,
-            on_step=lambda *_: steps.__setitem__(0, steps[0] + 1),
+
+def svd_rows(model: Path) -> list[Row]:
+    ref = "fp32 eager, stock attn, DPM-Solver++ 15x3"
+    return [
+        Row(_config(ref, model, 15, context_dedup=False), ref, 3),
+        Row(_config("+ context de-dup", model, 15), ref, 3),
+        Row(_config("+ bf16", model, 15, precision="bf16"), ref, 3),
+        Row(_config("fp32, de-dup, torch.compile", model, 15, compile=True), ref, 3),
+        Row(
+            _config("bf16, de-dup, torch.compile", model, 15, precision="bf16", compile=True),
+            ref,
+            3,
+        ),
+    ]
+
+
+def _quality(results: dict[str, Result], row: Row) -> float:
+    """PSNR of the row's frames against its fp32 eager reference's."""
+    frames, reference = results[row.config.label].frames, results[row.reference].frames
+    assert frames is not None and reference is not None
+    return psnr(frames, reference)
+
+
+def table(rows: list[Row], results: dict[str, Result], baseline: Result, floor: float) -> str:
+    lines = [
+        f"{'configuration':<52} {'s/video':>8} {'speedup':>8} {'U-Net evals':>11} "
+        f"{'ready s':>8} {'RSS MB':>7} {'PSNR vs fp32 eager':>19} {'vs baseline':>11}"
+    ]
+    for row in rows:
+        result = results[row.config.label]
+        quality = _quality(results, row)
+        verdict = "  ok" if quality >= floor else "FAIL"
+        assert baseline.frames is not None and result.frames is not None
+        versus = (
+            psnr(result.frames, baseline.frames)
+            if result.frames.shape == baseline.frames.shape
+            else math.nan
         )
-        return frames
+        speedup = baseline.seconds / result.seconds
+        lines.append(
+            f"{row.config.label:<52} {result.seconds:>8.3f} {speedup:>7.1f}x "
+            f"{row.config.variant.steps * row.passes:>11} {result.load_s + result.warmup_s:>8.1f} "
+            f"{result.peak_rss_mb:>7.0f} {quality:>11.1f} dB {verdict} {versus:>8.1f} dB"
+        )
+    return "\n".join(lines)
 
-    started = time.perf_counter()
-    frames = video()  # warm-up (and compilation); a reference run (repeats=0) ends here
-    warmup_s = time.perf_counter() - started
-    steps[0] = 0 if repeats else steps[0]
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        frames = video()
-        times.append(time.perf_counter() - started)
-    queue.put(
-        {
-            "times": times,
-            "warmup_s": warmup_s,
-            # One U-Net call per step, its batch holding the three guidance passes.
-            "unet_evals": steps[0] // max(repeats, 1) * 3,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "recompiles": compiled.recompiles if compiled else 0,
-            "frames": frames,
-        }
+
+def run(rows: list[Row], bucket: ShapeBucket, repeats: int, threads: int) -> dict[str, Result]:
+    results = measure([row.config for row in rows], bucket, repeats, threads, print)
+    return {result.config.label: result for result in results}
+
+
+def served_section(bucket: ShapeBucket, repeats: int, threads: int, floor: float) -> None:
+    cumulative, variants = served_rows(SHIPPED_TEACHER_DIR, SHIPPED_STUDENT_DIR)
+    results = run(cumulative + variants, bucket, repeats, threads)
+    baseline = results[cumulative[0].config.label]
+    names = f"teacher {SHIPPED_TEACHER_DIR.name}, student {SHIPPED_STUDENT_DIR.name}"
+    print(f"\nshipped models ({names}):")
+    print(table(cumulative, results, baseline, floor))
+    print("\nvariants, not served:")
+    print(table(variants, results, baseline, floor))
+    served = results[cumulative[-1].config.label]
+    speedup = baseline.seconds / served.seconds
+    worst = min(_quality(results, row) for row in cumulative)
+    print(
+        f"\nbar: served {speedup:.1f}x faster than the baseline (>= 20x: "
+        f"{'PASS' if speedup >= 20 else 'FAIL'}); lowest PSNR vs fp32 eager on the way "
+        f"{worst:.1f} dB (>= {floor:g} dB: {'PASS' if worst >= floor else 'FAIL'}); served "
+        f"ready in {served.load_s + served.warmup_s:.1f} s ({served.info.get('aot')})"
     )
-
-
-def run_row(model_dir: Path, row: Row, bucket: ShapeBucket, repeats: int) -> dict[str, Any]:
-    context = mp.get_context("spawn")
-    queue = context.Queue()
-    child = context.Process(target=_run_row, args=(str(model_dir), row, bucket, repeats, queue))
-    child.start()
-    result: dict[str, Any] = queue.get()
-    child.join()
-    return result
-
-
-def psnr(a: Frames, b: Frames) -> float:
-    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
-    return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frames", type=int, default=8)
     parser.add_argument("--size", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--model-dir", type=Path, default=Path(tempfile.gettempdir()) / "bench")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--floor-db", type=float, default=40.0)
+    parser.add_argument("--no-svd", action="store_true", help="skip the SVD-style section")
+    parser.add_argument("--no-served", action="store_true", help="only the SVD-style section")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda on a GPU host")
+    parser.add_argument(
+        "--svd-model-dir", type=Path, default=Path(tempfile.gettempdir()) / "animfleet-bench-svd"
+    )
     args = parser.parse_args()
-    torch.set_num_threads(2)
+    global DEVICE
+    DEVICE = args.device
     bucket = ShapeBucket(args.frames, args.size, args.size)
-    model_dir = save_bench_model(args.model_dir)
+    floor = args.floor_db
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(
-        f"model: {model_dir}, {bucket.frames} frames of {bucket.height}x{bucket.width}, "
-        f"77 text tokens + 1 image token, torch threads 2, median of {args.repeats}"
+        f"{bucket.frames} frames of {bucket.height}x{bucket.width}, {args.threads} torch thread(s) "
+        f"per configuration, median of {args.repeats} interleaved videos on {args.device}; "
+        f"load average {load}"
     )
-
-    references = {
-        "ddim32": Row("fp32 DDIM 32"),
-        "dpm15": Row("fp32 DPM-Solver++ 15", scheduler="dpmsolver++", steps=15),
-        "ddim15": Row("fp32 DDIM 15", steps=15),
-        "ddim100": Row("fp32 DDIM 100", steps=100),
-    }
-    # Cheap sections first; the compile rows last (their first run compiles for minutes).
-    flops = unet_flops(model_dir, bucket)
-    print(
-        f"U-Net FLOPs per call (batch 3): stock {flops['stock'] / 1e9:.2f} GFLOP, "
-        f"de-dup {flops['dedup'] / 1e9:.2f} GFLOP, saved "
-        f"{100 * (1 - flops['dedup'] / flops['stock']):.1f}%"
-    )
-    print(attention_report(model_dir, bucket))
-    print(vae_report(model_dir, bucket, _image(bucket.height)))
-    print()
-    eager = [(f"row {i}", row) for i, row in enumerate(ROWS) if not row.compile]
-    compiled = [(f"row {i}", row) for i, row in enumerate(ROWS) if row.compile]
-    references_jobs = [(name, row) for name, row in references.items() if name != "ddim32"]
-    jobs = eager + references_jobs + compiled
-    results: dict[str, dict[str, Any]] = {}
-    for name, row in tqdm(jobs, desc="bench-model", unit="config"):
-        repeats = args.repeats if name.startswith("row") else 0
-        results[name] = run_row(model_dir, row, bucket, repeats)
-        seconds = statistics.median(results[name]["times"] or [results[name]["warmup_s"]])
-        tqdm.write(
-            f"  {row.label}: {seconds:.2f} s per video, {results[name]['unet_evals']} "
-            f"U-Net evals, peak RSS {results[name]['peak_rss_mb']:.0f} MB"
-        )
-    results["ddim32"] = results["row 0"]
-
-    base = statistics.median(results["row 0"]["times"])
-    print()
-    print(
-        f"{'configuration':<46} {'median s':>9} {'U-Net evals':>11} {'peak RSS MB':>11} "
-        f"{'speedup':>8} {'PSNR vs fp32':>13}"
-    )
-    for i, row in enumerate(ROWS):
-        result = results[f"row {i}"]
-        reference = results["dpm15" if row.scheduler == "dpmsolver++" else "ddim32"]["frames"]
-        median = statistics.median(result["times"])
-        quality = psnr(result["frames"], reference)
+    if not args.no_served:
+        served_section(bucket, args.repeats, args.threads, floor)
+    if not args.no_svd:
+        model = save_bench_model(args.svd_model_dir)
+        print(f"\nSVD-style random-weight model ({model}, UNetSpatioTemporalConditionModel):")
+        flops = unet_flops(model, bucket)
         print(
-            f"{row.label:<46} {median:>9.2f} {result['unet_evals']:>11} "
-            f"{result['peak_rss_mb']:>11.0f} {base / median:>7.2f}x {quality:>10.1f} dB"
+            f"U-Net FLOPs per call (batch 3): stock {flops['stock'] / 1e9:.2f} GFLOP, de-dup "
+            f"{flops['dedup'] / 1e9:.2f} GFLOP, saved {1 - flops['dedup'] / flops['stock']:.1%}"
         )
-    for name, row in compiled:
-        print(
-            f"{row.label}: first video (compiling) {results[name]['warmup_s']:.1f} s, "
-            f"recompiles after warm-up {results[name]['recompiles']}"
-        )
-
-    reference = results["ddim100"]["frames"]
-    print("\nsampler accuracy at 15 steps (fp32), PSNR vs DDIM 100 steps:")
-    for name in ("ddim15", "dpm15"):
-        print(f"  {references[name].label:<24} {psnr(results[name]['frames'], reference):6.1f} dB")
+        print(attention_report(model, bucket))
+        rows = svd_rows(model)
+        svd = run(rows, bucket, args.repeats, args.threads)
+        print(table(rows, svd, svd[rows[0].config.label], floor))
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

@@ -44,17 +44,32 @@ class WorkerSettings(EnvSettings):
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
     # How long a new worker process may take to load, compile and warm up its model.
     model_load_timeout_s: float = Field(default=600.0, gt=0)
-    # How the model runs (see README "Model and optimizations"). fp32 is the fallback precision.
-    precision: Literal["bf16", "fp32"] = "bf16"
+    # How the model runs (see README "Model and optimizations"). Precision, compile, context
+    # de-dup and attention left unset come from the model's serving profile for this device
+    # (serving_profile.json, written by `animfleet model tune`), else the safe choice: fp32,
+    # eager, de-dup, torch's attention kernel. A value set here overrides the profile.
+    profile: bool = True
+    # Where the model runs: "cpu", or "cuda" / "cuda:N" on a GPU host.
+    device: str = Field(default="cpu", pattern=r"^(cpu|cuda(:\d+)?)$")
+    precision: Literal["bf16", "fp32"] | None = None
     scheduler: Literal["dpmsolver++", "ddim", "euler"] = "dpmsolver++"
     # None: the model's serving.json step count (8 for the distilled student), else 15.
     steps: int | None = Field(default=None, ge=1, le=200)
-    context_dedup: bool = True
-    # torch.compile the U-Net at worker start and warm up each shape bucket ("FxHxW", comma
-    # separated) before taking jobs. Off by default: on CPU a bucket takes minutes to compile.
-    compile: bool = False
+    context_dedup: bool | None = None
+    attention: Literal["auto", "math", "flash", "efficient", "cudnn"] | None = None
+    # Compile the U-Net at worker start and warm up each shape bucket ("FxHxW", comma
+    # separated) before taking jobs: from the ahead-of-time packages beside the model when
+    # their key matches (`animfleet model compile`, seconds). Without them a profile's compile
+    # serves eagerly; COMPILE=1 set here compiles at boot with torch.compile (minutes).
+    compile: bool | None = None
+    aot: bool = True
     compile_decoder: bool = False
     shape_buckets: str = "8x64x64"
+    # At warm-up a compiled model's frames are compared with the eager model's; below this
+    # PSNR (dB) the worker serves eagerly instead.
+    verify_psnr_db: float = Field(default=40.0, ge=0)
+    # DeepCache-style block caching of a MotionUNet: the deep blocks run every Nth step (0: off).
+    block_cache: int = Field(default=0, ge=0, le=16)
 
     @model_validator(mode="after")
     def _limits_are_ordered(self) -> WorkerSettings:

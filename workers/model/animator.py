@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import io
 import logging
@@ -10,7 +11,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -23,9 +24,21 @@ from animfleet.errors import PermanentError
 from animfleet.jobs import JobParams
 from animfleet.models import resolve_model
 from workers.errors import WorkerError
+from workers.model.aot import AOTDenoiser, load_packages
 from workers.model.attention import install_context_dedup
+from workers.model.block_cache import BlockCache, install_block_cache
 from workers.model.compiled import CompiledModules, compile_modules
 from workers.model.pipeline import AnimationPipeline, StepCallback, describe
+from workers.model.profile import (
+    PSNR_FLOOR_DB,
+    SAFE,
+    Attention,
+    Choice,
+    Precision,
+    choose,
+    device_key,
+    psnr,
+)
 from workers.model.schedulers import make_scheduler
 from workers.model.serving import load_serving
 from workers.model.svd import SVD_CLASS, SVDAnimation, pipeline_class_name
@@ -33,7 +46,6 @@ from workers.settings import WorkerSettings
 
 log = logging.getLogger("animfleet.worker.model")
 
-Precision = Literal["bf16", "fp32"]
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 # The VAE runs in fp32 in both precisions. It encodes one image and decodes once per video, and
 # on this CPU bf16 did not reliably pay there (`make bench-model`'s VAE line: 8 frames at 64x64
@@ -54,8 +66,8 @@ class Variant:
     ``passes_per_step`` is the U-Net passes one denoising step costs: 3 for the teacher's
     guidance (unconditional, image, image + text), 2 for an SVD checkpoint, 1 for a
     guidance-distilled student (set from the model when it loads). ``precision`` is the U-Net's
-    and encoders' dtype ("fp32" is the per-variant fallback); ``context_dedup`` installs the
-    repeated-context attention processor.
+    and encoders' dtype (fp32 unless a serving profile measured bf16 faster and close enough);
+    ``context_dedup`` installs the repeated-context attention processor.
     """
 
     name: str
@@ -63,11 +75,15 @@ class Variant:
     image_guidance_scale: float = 1.5
     text_guidance_scale: float = 3.0
     scheduler: str = "dpmsolver++"
-    precision: Precision = "bf16"
+    precision: Precision = "fp32"
     context_dedup: bool = True
     passes_per_step: int = 3
     # (image low, high), (text low, high): the scales a guidance-distilled student knows.
     guidance_range: tuple[tuple[float, float], tuple[float, float]] | None = None
+    # torch's scaled-dot-product kernel for the attention ("auto": torch picks).
+    attention: Attention = "auto"
+    # DeepCache-style: a MotionUNet's deep blocks run every Nth step (0: every step).
+    block_cache: int = 0
 
 
 @dataclass(frozen=True)
@@ -117,9 +133,12 @@ def load_pipeline(model_dir: str | Path, variant: Variant) -> Any:
 class Animator:
     """Loads a pipeline once (``from_pretrained``) and animates images with it.
 
-    With ``compile``, the U-Net (and with ``compile_decoder`` the VAE decoder) is compiled;
-    :meth:`warm_up` then compiles each shape bucket before the first job. A compilation that
-    fails leaves the model eager.
+    With ``compile``, the U-Net (and with ``compile_decoder`` the VAE decoder) is compiled: from
+    matching ahead-of-time packages when ``aot`` and there are some, else with torch.compile
+    (unless ``jit`` is off: then it stays eager).
+    :meth:`warm_up` then runs each shape bucket before the first job and compares the compiled
+    frames with the eager model's: a compilation that fails, or whose frames fall below
+    ``verify_psnr_db``, leaves the model eager.
     """
 
     def __init__(
@@ -130,19 +149,47 @@ class Animator:
         compile: bool = False,
         compile_decoder: bool = False,
         max_buckets: int = 8,
+        aot: bool = False,
+        verify_psnr_db: float = PSNR_FLOOR_DB,
+        device: str = "cpu",
+        jit: bool = True,
     ) -> None:
         threads = int(os.environ.get("ANIMFLEET_TORCH_THREADS", "0")) or (os.cpu_count() or 1)
         torch.set_num_threads(threads)
         started = time.perf_counter()
         self.model_dir = Path(model_dir)
         self.variant = variant or Variant(name=self.model_dir.name)
+        self.verify_psnr_db = verify_psnr_db
         if pipeline_class_name(model_dir) == SVD_CLASS and self.variant.passes_per_step != 2:
             self.variant = replace(self.variant, passes_per_step=2)
+        self.device = device
         self.pipeline: Any = load_pipeline(model_dir, self.variant)
+        if device != "cpu":
+            self.pipeline.to(device)
         if getattr(self.pipeline, "guidance_distilled", False):
             self.variant = replace(self.variant, passes_per_step=1)
-        self.compiled: CompiledModules | None = None
-        if compile:
+        if self.variant.block_cache and compile:
+            log.warning("model.block_cache_eager block caching runs eagerly; not compiling")
+            compile = False
+        self.block_cache: BlockCache | None = install_block_cache(
+            self.pipeline.unet, self.variant.block_cache
+        )
+        self.compiled: CompiledModules | AOTDenoiser | None = None
+        self.aot_status = "not asked"
+        if compile and aot:
+            self.compiled, self.aot_status = load_packages(
+                self.pipeline.unet,
+                self.model_dir,
+                self.variant.precision,
+                self.variant.context_dedup,
+                device,
+            )
+            if self.compiled is None:
+                instead = "compiling at boot" if jit else "serving eagerly"
+                log.warning("model.aot_unavailable %s instead: %s", instead, self.aot_status)
+            else:
+                log.info("model.aot_loaded %s", self.aot_status)
+        if compile and jit and self.compiled is None:
             self.compiled = compile_modules(self.pipeline, compile_decoder, max_buckets)
         self.load_time_s = time.perf_counter() - started
         self.warmup_time_s = 0.0
@@ -151,60 +198,127 @@ class Animator:
             **describe(self.pipeline),
             "scheduler": self.variant.scheduler,
             "context_dedup": self.variant.context_dedup,
-            "compiled": sorted(self.compiled.modules) if self.compiled else [],
+            "attention": self.variant.attention,
+            "compiled": self._compiled_names(),
+            "aot": self.aot_status,
+            "block_cache": self.variant.block_cache,
         }
+
+    def _compiled_names(self) -> list[str]:
+        if self.compiled is None:
+            return []
+        suffix = " (aot)" if isinstance(self.compiled, AOTDenoiser) else ""
+        return sorted(name + suffix for name in self.compiled.modules)
 
     @classmethod
     def from_settings(cls, settings: WorkerSettings) -> Animator:
-        """The worker's model as its settings say; compiled and warmed up if they ask for it."""
+        """The worker's model as its settings and serving profile say; compiled, warmed up and
+        verified if they ask for it."""
         buckets = [ShapeBucket.parse(b) for b in settings.shape_buckets.split(",") if b.strip()]
         model_dir = resolve_model(settings.model_dir)
         serving = load_serving(model_dir)
         trained = serving.guidance_range
+        choice, source = serving_choice(settings, model_dir)
         variant = Variant(
             name=model_dir.name,
             steps=settings.steps or serving.steps or Variant.steps,
             image_guidance_scale=serving.image_guidance_scale,
             text_guidance_scale=serving.text_guidance_scale,
             scheduler=settings.scheduler,
-            precision=settings.precision,
-            context_dedup=settings.context_dedup,
+            precision=choice.precision,
+            context_dedup=choice.context_dedup,
             guidance_range=(trained.image, trained.text) if trained else None,
+            attention=choice.attention,
+            block_cache=settings.block_cache,
         )
         animator = cls(
             model_dir,
             variant,
-            compile=settings.compile,
+            compile=choice.compile,
             compile_decoder=settings.compile_decoder,
             max_buckets=len(buckets),
+            aot=settings.aot,
+            verify_psnr_db=settings.verify_psnr_db,
+            device=settings.device,
+            # A profile's compile means its AOT packages; compiling at boot (minutes on a CPU)
+            # only when the environment asks for it.
+            jit=settings.compile is True,
         )
-        if settings.compile:
+        animator.info.update(serving=choice.label(), serving_source=source)
+        if animator.compiled is not None:
             animator.warm_up(buckets)
         return animator
 
     def warm_up(self, buckets: Sequence[ShapeBucket]) -> float:
-        """Run each bucket once (compiling it); returns seconds. Falls back to eager if
-        compiling fails, so the worker still serves."""
+        """Run each bucket once (compiling it) and check the frames against the eager model's;
+        returns seconds. Falls back to eager if compiling fails or changes the output, so the
+        worker still serves, and serves what the eager model would."""
         started = time.perf_counter()
+        self.info["verified_psnr_db"] = {}
         for bucket in buckets:
             try:
-                self._run_bucket(bucket)
+                frames = self._run_bucket(bucket)
             except Exception as error:
                 if self.compiled is None:
                     raise
                 log.error("model.compile_failed falling back to eager: %s", error)
-                self.compiled.to_eager()
-                self.compiled = None
-                self.info["compiled"] = []
+                self._serve_eagerly()
                 self._run_bucket(bucket)
+                continue
+            if self.compiled is not None:
+                with self.compiled.eager():
+                    reference = self._run_bucket(bucket)
+                quality = psnr(frames, reference)
+                self.info["verified_psnr_db"][_bucket_name(bucket)] = round(quality, 1)
+                if quality < self.verify_psnr_db:
+                    log.error(
+                        "model.compiled_mismatch bucket=%s psnr_db=%.1f floor_db=%.1f: "
+                        "serving eagerly",
+                        _bucket_name(bucket),
+                        quality,
+                        self.verify_psnr_db,
+                    )
+                    self._serve_eagerly()
         if self.compiled is not None:
             self.compiled.finish_warmup()
         self.warmup_time_s = time.perf_counter() - started
         return self.warmup_time_s
 
-    def _run_bucket(self, bucket: ShapeBucket) -> None:
-        image = np.full((bucket.height, bucket.width, 3), 127, dtype=np.uint8)
-        self.pipeline(image, "", num_frames=bucket.frames, fps=8, num_inference_steps=2)
+    def _serve_eagerly(self) -> None:
+        assert self.compiled is not None
+        self.compiled.to_eager()
+        self.compiled = None
+        self.info["compiled"] = []
+
+    def _run_bucket(self, bucket: ShapeBucket) -> npt.NDArray[np.uint8]:
+        """One video of the bucket at the served step count, on a test card."""
+        y, x = np.mgrid[0 : bucket.height, 0 : bucket.width]
+        card = np.stack([x * 255 // bucket.width, y * 255 // bucket.height, (x ^ y) & 255], -1)
+        with self._kernels():
+            frames: npt.NDArray[np.uint8] = self.pipeline(
+                card.astype(np.uint8),
+                "pan left slowly",
+                num_frames=bucket.frames,
+                fps=8,
+                num_inference_steps=self.variant.steps,
+                image_guidance_scale=self.variant.image_guidance_scale,
+                text_guidance_scale=self.variant.text_guidance_scale,
+            )
+        return frames
+
+    def _kernels(self) -> contextlib.AbstractContextManager[Any]:
+        """The variant's scaled-dot-product attention kernel, pinned for a call."""
+        if self.variant.attention == "auto":
+            return contextlib.nullcontext()
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        backend = {
+            "math": SDPBackend.MATH,
+            "flash": SDPBackend.FLASH_ATTENTION,
+            "efficient": SDPBackend.EFFICIENT_ATTENTION,
+            "cudnn": SDPBackend.CUDNN_ATTENTION,
+        }[self.variant.attention]
+        return sdpa_kernel(backend)
 
     @property
     def recompiles(self) -> int:
@@ -217,20 +331,43 @@ class Animator:
         """Frames (T, H, W, 3 uint8) for one job; raises :class:`ModelError` on failure."""
         pixels = prepare_image(image, params.width, params.height)
         try:
-            frames: npt.NDArray[np.uint8] = self.pipeline(
-                pixels,
-                params.prompt,
-                num_frames=params.frames,
-                fps=params.fps,
-                num_inference_steps=params.steps or self.variant.steps,
-                image_guidance_scale=self.variant.image_guidance_scale,
-                text_guidance_scale=self.variant.text_guidance_scale,
-                seed=params.seed,
-                on_step=on_step,
-            )
+            with self._kernels():
+                frames: npt.NDArray[np.uint8] = self.pipeline(
+                    pixels,
+                    params.prompt,
+                    num_frames=params.frames,
+                    fps=params.fps,
+                    num_inference_steps=params.steps or self.variant.steps,
+                    image_guidance_scale=self.variant.image_guidance_scale,
+                    text_guidance_scale=self.variant.text_guidance_scale,
+                    seed=params.seed,
+                    on_step=on_step,
+                )
         except (RuntimeError, ValueError) as error:
             raise ModelError(f"{type(error).__name__}: {error}") from error
         return frames
+
+
+def _bucket_name(bucket: ShapeBucket) -> str:
+    return f"{bucket.frames}x{bucket.height}x{bucket.width}"
+
+
+def serving_choice(settings: WorkerSettings, model_dir: Path) -> tuple[Choice, str]:
+    """How to run the U-Net: the serving profile's pick for this device (or the safe choice,
+    and why), with any of precision, compile, context de-dup and attention that the
+    environment sets explicitly on top."""
+    if settings.profile:
+        choice, source = choose(model_dir, device_key(settings.device))
+    else:
+        choice, source = SAFE, "profiles off (ANIMFLEET_WORKER_PROFILE=0); serving the safe choice"
+    fields = ("precision", "compile", "context_dedup", "attention")
+    overrides = {name: getattr(settings, name) for name in fields}
+    overrides = {name: value for name, value in overrides.items() if value is not None}
+    if overrides:
+        choice = choice.model_copy(update=overrides)
+        source += f"; set in the environment: {overrides}"
+    log.info("model.serving choice=%r source=%r", choice.label(), source)
+    return choice, source
 
 
 def load_animator(settings: WorkerSettings) -> Animator:

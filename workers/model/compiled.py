@@ -9,8 +9,9 @@ warm-up is a recompilation and is logged. If compiling fails, the modules go bac
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -51,6 +52,12 @@ class CompiledModules:
     def finish_warmup(self) -> None:
         """From now on, any compilation counts as a recompilation."""
         self.warm = True
+
+    @contextlib.contextmanager
+    def eager(self) -> Iterator[None]:
+        """Run the modules eagerly inside (the warm-up's reference), compiled again after."""
+        with torch.compiler.set_stance("force_eager"):
+            yield
 
     def to_eager(self) -> None:
         """Undo the compilation: the modules run eagerly again."""

@@ -40,7 +40,8 @@ class MotionUNetOutput(BaseOutput):
 def timestep_features(timesteps: torch.Tensor, dim: int) -> torch.Tensor:
     """Sinusoidal features (B, dim) of diffusion timesteps in [0, 1000)."""
     half = dim // 2
-    freqs = torch.exp(-math.log(10_000) * torch.arange(half, dtype=torch.float32) / half)
+    freqs = torch.arange(half, dtype=torch.float32, device=timesteps.device)
+    freqs = torch.exp(-math.log(10_000) * freqs / half)
     args = timesteps.float()[:, None] * freqs[None]
     return torch.cat([torch.sin(args), torch.cos(args)], dim=-1)
 
@@ -197,39 +198,75 @@ class MotionUNet(ModelMixin, ConfigMixin):
             )
         timesteps = torch.as_tensor(timestep, dtype=torch.float32).reshape(-1).expand(batch)
         embedding = self._conditioning(timesteps, encoder_hidden_states, guidance_scale)
-        patch = self.config.patch_size
+        shallow, image = self.shallow_in(sample, embedding)
+        deep, motion = self.deep(shallow, embedding, frames)
+        out, flow = self.shallow_out(deep, shallow, embedding, image, motion, sample.shape)
+        if not return_dict:
+            return (out.to(sample.dtype),)
+        return MotionUNetOutput(sample=out.to(sample.dtype), flow=flow)
+
+    # The forward in three parts, so block caching (workers/model/block_cache.py) can reuse the
+    # deep part's output between adjacent steps and recompute only the shallow ones.
+
+    def shallow_in(
+        self, sample: torch.Tensor, embedding: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first level's features (B*F, C0, H/p, W/p) and the fp32 image (B, C, H, W)."""
         # The network runs in the weights' dtype (bf16 in workers); the warp and the sum stay
         # fp32, so the copied pixels keep full precision.
         image = sample[:, 0, self.config.out_channels :].float()
         stem_in = self._stem_input(sample.to(self.dtype)).flatten(0, 1)
-        h = self.stem(F.pixel_unshuffle(stem_in, patch))
-        skips = []
+        h = self.stem(F.pixel_unshuffle(stem_in, self.config.patch_size))
+        shallow: torch.Tensor = self.down[0](h, embedding)
+        return shallow, image
+
+    def deep(
+        self, shallow: torch.Tensor, embedding: torch.Tensor, frames: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every level below the first: the input of the last up block (before the skip is
+        concatenated) and the per-frame global motion."""
+        h = shallow
+        skips = [shallow]
         for level, block in enumerate(self.down):
-            h = block(h, embedding)
-            skips.append(h)
+            if level:
+                h = block(h, embedding)
+                skips.append(h)
             if level < len(self.downsample):
                 h = self.downsample[level](h)
         h = self.mid(h, embedding)
         motion = self._global_motion(h, embedding, frames)
-        for block in self.up:
+        for block in self.up[:-1]:
             skip = skips.pop()
             if h.shape[-1] != skip.shape[-1]:
                 h = F.interpolate(h, size=skip.shape[-2:], mode="nearest")
             h = block(torch.cat([h, skip], dim=1), embedding)
+        if h.shape[-1] != shallow.shape[-1]:
+            h = F.interpolate(h, size=shallow.shape[-2:], mode="nearest")
+        return h, motion
+
+    def shallow_out(
+        self,
+        deep: torch.Tensor,
+        shallow: torch.Tensor,
+        embedding: torch.Tensor,
+        image: torch.Tensor,
+        motion: torch.Tensor,
+        shape: torch.Size,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The last up block and the heads: the clean clip (B, F, C, H, W) and its flow."""
+        batch, frames, _, height, width = shape
+        h = self.up[-1](torch.cat([deep, shallow], dim=1), embedding)
         h = F.silu(self.head_norm(h))
         flow = F.interpolate(
             self.flow_head(h).float(), size=(height, width), mode="bilinear", align_corners=False
         ) + similarity_flow(motion, height, width)
-        residual = F.pixel_shuffle(self.residual_head(h).float(), patch)
+        residual = F.pixel_shuffle(self.residual_head(h).float(), self.config.patch_size)
         out = (warp(image, flow, frames) + residual).view(batch, frames, -1, height, width)
-        if not return_dict:
-            return (out.to(sample.dtype),)
-        flows = flow.view(batch, frames, 2, height, width)
-        return MotionUNetOutput(sample=out.to(sample.dtype), flow=flows)
+        return out, flow.view(batch, frames, 2, height, width)
 
     def _global_motion(self, h: torch.Tensor, embedding: torch.Tensor, frames: int) -> torch.Tensor:
         """Per-frame similarity parameters (B*F, 4), zero at frame 0 by construction."""
-        index = torch.arange(frames, dtype=h.dtype)
+        index = torch.arange(frames, dtype=h.dtype, device=h.device)
         position = torch.stack([index / self.config.frame_scale, index / max(frames - 1, 1)], -1)
         features = torch.cat(
             [
@@ -246,17 +283,18 @@ class MotionUNet(ModelMixin, ConfigMixin):
     def _stem_input(self, sample: torch.Tensor) -> torch.Tensor:
         batch, frames, _, height, width = sample.shape
         shape = (batch, frames, 1, height, width)
-        ys = torch.linspace(-1, 1, height, dtype=sample.dtype).view(1, 1, 1, height, 1)
-        xs = torch.linspace(-1, 1, width, dtype=sample.dtype).view(1, 1, 1, 1, width)
-        steps = (torch.arange(frames) / self.config.frame_scale).to(sample.dtype)
+        dtype, device = sample.dtype, sample.device
+        ys = torch.linspace(-1, 1, height, dtype=dtype, device=device).view(1, 1, 1, height, 1)
+        xs = torch.linspace(-1, 1, width, dtype=dtype, device=device).view(1, 1, 1, 1, width)
+        steps = (torch.arange(frames, device=device) / self.config.frame_scale).to(dtype)
         extra = [xs.expand(shape), ys.expand(shape), steps.view(1, frames, 1, 1, 1).expand(shape)]
         return torch.cat([sample, *extra], dim=2)
 
 
-def pixel_centres(height: int, width: int) -> torch.Tensor:
+def pixel_centres(height: int, width: int, device: torch.device | None = None) -> torch.Tensor:
     """(H, W, 2) pixel-centre coordinates, x then y, in grid_sample's [-1, 1] units."""
-    ys = torch.linspace(-1 + 1 / height, 1 - 1 / height, height)
-    xs = torch.linspace(-1 + 1 / width, 1 - 1 / width, width)
+    ys = torch.linspace(-1 + 1 / height, 1 - 1 / height, height, device=device)
+    xs = torch.linspace(-1 + 1 / width, 1 - 1 / width, width, device=device)
     return torch.stack(torch.meshgrid(xs, ys, indexing="xy"), dim=-1)
 
 
@@ -266,7 +304,7 @@ def similarity_flow(motion: torch.Tensor, height: int, width: int) -> torch.Tens
     A transform maps a first-frame point p to exp(z) R(a) p + t; the flow of output pixel q is
     its source exp(-z) R(-a) (q - t) minus q.
     """
-    points = pixel_centres(height, width).view(1, height, width, 2)
+    points = pixel_centres(height, width, motion.device).view(1, height, width, 2)
     shift = motion[:, None, None, :2]
     scale = torch.exp(-motion[:, 2]).view(-1, 1, 1)
     cos, sin = torch.cos(motion[:, 3]).view(-1, 1, 1), torch.sin(motion[:, 3]).view(-1, 1, 1)
@@ -278,7 +316,7 @@ def similarity_flow(motion: torch.Tensor, height: int, width: int) -> torch.Tens
 def warp(image: torch.Tensor, flow: torch.Tensor, frames: int) -> torch.Tensor:
     """Sample each image (B, C, H, W) at pixel + flow (B*F, 2, H, W), flow in [-1, 1] units."""
     _, _, height, width = image.shape
-    grid = pixel_centres(height, width)[None] + flow.permute(0, 2, 3, 1)
+    grid = pixel_centres(height, width, flow.device)[None] + flow.permute(0, 2, 3, 1)
     source = image.repeat_interleave(frames, dim=0)
     warped: torch.Tensor = F.grid_sample(
         source, grid, mode="bilinear", padding_mode="border", align_corners=False

@@ -89,13 +89,15 @@ class AnimationPipeline(DiffusionPipeline):
             truncation=True,
             return_tensors="pt",
         )
-        hidden: torch.Tensor = self.text_encoder(tokens.input_ids).last_hidden_state
+        ids = tokens.input_ids.to(self.text_encoder.device)
+        hidden: torch.Tensor = self.text_encoder(ids).last_hidden_state
         return hidden
 
     def _encode_image_embedding(self, pixels: torch.Tensor) -> torch.Tensor:
         size = self.image_encoder.config.image_size
         clip_in = F.interpolate((pixels + 1) / 2, size=(size, size), mode="bilinear")
-        clip_in = ((clip_in - CLIP_MEAN) / CLIP_STD).to(self.image_encoder.dtype)
+        mean, std = CLIP_MEAN.to(pixels.device), CLIP_STD.to(pixels.device)
+        clip_in = ((clip_in - mean) / std).to(self.image_encoder.dtype)
         embeds: torch.Tensor = self.image_encoder(clip_in).image_embeds
         return embeds.unsqueeze(1)  # one image token
 
@@ -137,7 +139,9 @@ class AnimationPipeline(DiffusionPipeline):
         return Conditions(
             context=torch.cat(contexts).to(dtype),
             latents=cond_latents.to(dtype),
-            time_ids=torch.tensor([[fps - 1, 127.0, 0.0]], dtype=dtype).repeat(passes * batch, 1),
+            time_ids=torch.tensor(
+                [[fps - 1, 127.0, 0.0]], dtype=dtype, device=pixels.device
+            ).repeat(passes * batch, 1),
             passes=passes,
         )
 
@@ -153,7 +157,7 @@ class AnimationPipeline(DiffusionPipeline):
         dtype = self.unet.dtype
         scales = guidance.float().view(-1, 2, 1, 1, 1, 1)
         extra = {"guidance_scale": guidance.to(dtype)} if self.guidance_distilled else {}
-        self.scheduler.set_timesteps(num_inference_steps)
+        self.scheduler.set_timesteps(num_inference_steps, device=noise.device)
         latents = noise.float() * self.scheduler.init_noise_sigma
         timesteps = self.scheduler.timesteps
         for index, t in enumerate(timesteps):
@@ -192,7 +196,8 @@ class AnimationPipeline(DiffusionPipeline):
     ) -> npt.NDArray[np.uint8]:
         """Return ``num_frames`` RGB frames (T, H, W, 3 uint8) at the input image's size."""
         check_size(image, self.size_multiple)
-        pixels = torch.from_numpy(image).permute(2, 0, 1)[None].float() / 127.5 - 1.0
+        device = self.unet.device
+        pixels = torch.from_numpy(image).permute(2, 0, 1)[None].to(device).float() / 127.5 - 1.0
         conditions = self.condition(pixels, [prompt], num_frames, fps)
         generator = torch.Generator().manual_seed(seed)
         latent_shape = (
@@ -201,17 +206,21 @@ class AnimationPipeline(DiffusionPipeline):
             self.unet.config.out_channels,
             *conditions.latents.shape[-2:],
         )
-        noise = torch.randn(latent_shape, generator=generator)
-        guidance = torch.tensor([[image_guidance_scale, text_guidance_scale]])
+        # Drawn on the CPU: a seed gives the same noise on every device.
+        noise = torch.randn(latent_shape, generator=generator).to(device)
+        guidance = torch.tensor([[image_guidance_scale, text_guidance_scale]], device=device)
         latents = self.denoise(noise, conditions, guidance, num_inference_steps, on_step)
         return self.decode(latents)
 
     def decode(self, latents: torch.Tensor) -> npt.NDArray[np.uint8]:
+        # NaN would become black frames in the uint8 cast below: fail the job instead.
+        if not bool(torch.isfinite(latents).all()):
+            raise ValueError("the denoiser produced non-finite latents (NaN or inf)")
         num_frames = latents.shape[1]
         flat = latents.flatten(0, 1).to(self.vae.dtype) / self.vae.config.scaling_factor
         frames: torch.Tensor = self.vae.decode(flat, num_frames=num_frames).sample
         out = ((frames.float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
-        result: npt.NDArray[np.uint8] = out.permute(0, 2, 3, 1).numpy()
+        result: npt.NDArray[np.uint8] = out.permute(0, 2, 3, 1).cpu().numpy()
         return result
 
 

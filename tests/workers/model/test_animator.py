@@ -7,7 +7,7 @@ import torch
 from animfleet.jobs import JobParams
 from animfleet.settings import SettingsError
 from workers.model import Animator, ModelError
-from workers.model.animator import ShapeBucket
+from workers.model.animator import ShapeBucket, Variant
 from workers.model.attention import ContextDedupProcessor
 from workers.model.pipeline import AnimationPipeline
 from workers.settings import WorkerSettings
@@ -64,13 +64,19 @@ def test_settings_choose_precision_scheduler_and_attention(random_model: Path) -
     assert animator.info["compiled"] == [] and animator.warmup_time_s == 0.0
 
 
-def test_default_variant_runs_bf16_with_fp32_vae_and_dedup(animator: Animator) -> None:
+def test_default_variant_runs_fp32_with_dedup(animator: Animator) -> None:
+    """Without a serving profile the safe choice: fp32 (the reference numerics), de-dup."""
     pipe = animator.pipeline
     assert animator.variant.steps == 15 and animator.variant.passes_per_step == 3
-    assert pipe.unet.dtype == torch.bfloat16 and pipe.text_encoder.dtype == torch.bfloat16
-    assert pipe.vae.dtype == torch.float32
+    assert pipe.unet.dtype == torch.float32 and pipe.vae.dtype == torch.float32
     assert type(pipe.scheduler).__name__ == "DPMSolverMultistepScheduler"
     assert all(isinstance(p, ContextDedupProcessor) for p in pipe.unet.attn_processors.values())
+
+
+def test_bf16_variant_keeps_the_vae_in_fp32(random_model: Path) -> None:
+    pipe = Animator(random_model, Variant(name="bf16", precision="bf16")).pipeline
+    assert pipe.unet.dtype == torch.bfloat16 and pipe.text_encoder.dtype == torch.bfloat16
+    assert pipe.vae.dtype == torch.float32
 
 
 def test_shape_buckets_parse() -> None:

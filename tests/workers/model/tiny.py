@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from diffusers import UNetSpatioTemporalConditionModel
 
@@ -37,3 +39,39 @@ def unet_inputs(frames: int, tokens: int, batch: int = 3, seed: int = 0) -> dict
         "encoder_hidden_states": torch.randn(batch, tokens, CONTEXT_DIM, generator=generator),
         "added_time_ids": torch.randn(batch, 3, generator=generator),
     }
+
+
+def tiny_student(directory: Path, seed: int = 0) -> Path:
+    """A guidance-distilled MotionUNet pipeline with a few thousand random weights (heads
+    included, so its frames move), saved for ``from_pretrained``."""
+    from diffusers import DPMSolverMultistepScheduler
+
+    from workers.model.build import CONTEXT_DIM as PIPE_CONTEXT
+    from workers.model.build import build_pipeline
+    from workers.model.motion_unet import MotionUNet
+    from workers.model.pixel_codec import PixelCodec
+
+    def unet() -> MotionUNet:
+        return MotionUNet(
+            block_out_channels=(8, 16),
+            cross_attention_dim=PIPE_CONTEXT,
+            embed_dim=16,
+            guidance_embedding=True,
+        )
+
+    pipe = build_pipeline(seed, unet=unet, vae=PixelCodec)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in pipe.unet.parameters():
+            parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.2)
+    pipe.scheduler = DPMSolverMultistepScheduler(
+        beta_schedule="scaled_linear",
+        beta_start=0.00085,
+        beta_end=0.012,
+        prediction_type="sample",
+        use_lu_lambdas=True,
+        final_sigmas_type="zero",
+    )
+    pipe.save_pretrained(directory, safe_serialization=True)
+    (directory / "serving.json").write_text('{"steps": 4, "passes_per_step": 1}')
+    return directory

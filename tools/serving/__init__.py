@@ -1,0 +1,1 @@
+"""Offline serving tools: measure configurations, tune a serving profile, build AOT artifacts."""
