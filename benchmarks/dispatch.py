@@ -35,6 +35,7 @@ from celery import Celery
 from tqdm import tqdm
 
 import dispatcher.client
+import dispatcher.records
 from animfleet import logs
 from dispatcher import Client
 from tools.cli import EXAMPLE_IMAGE
@@ -77,18 +78,16 @@ def stage_timers(client: Client, region: str) -> Iterator[dict[str, float]]:
         return timed_call
 
     queue = client._link(region).queue
-    module = dispatcher.client
     with ExitStack() as patches:
-        for name, stage in [
-            ("parse_request", "validation"),
-            ("check_image", "validation"),
-            ("_fingerprint", "record"),
+        for module, name, stage in [
+            (dispatcher.client, "parse_request", "validation"),
+            (dispatcher.client, "check_image", "validation"),
+            (dispatcher.records, "fingerprint", "record"),
+            (dispatcher.records, "new_record", "record"),
         ]:
             patches.enter_context(
                 mock.patch.object(module, name, wrap(stage, getattr(module, name)))
             )
-        record = staticmethod(wrap("record", Client._record))
-        patches.enter_context(mock.patch.object(Client, "_record", record))
         # admit() = record JSON + Celery message + the script call, timed on its own as well.
         patches.enter_context(mock.patch.object(queue, "admit", wrap("admit", queue.admit)))
         patches.enter_context(mock.patch.object(queue, "_script", wrap("script", queue._script)))

@@ -2,7 +2,9 @@
 
 A region admits a job while the jobs it holds (queued + running) stay below one per live GPU
 plus a small ``allowance``. :func:`choose_region` draws the region from the routing table among
-the admissible ones. When none is admissible the dispatcher retries on a :class:`RetrySchedule`
+the admissible ones. When none is admissible the job waits in its home region's backlog
+(``backlog``, the default; :class:`BacklogFull` only when a cap is reached). Without the
+backlog (the earlier policy, kept for comparison) the dispatcher retries on a :class:`RetrySchedule`
 (tenacity full-jitter exponential backoff, stopped before the retry budget runs out) and finally
 raises :class:`AtCapacity` with a Retry-After hint. While the regions a source sends to are hot,
 a share of new jobs waits a short random :func:`execution_delay_s` before admission so a burst
@@ -49,6 +51,11 @@ class AdmissionSettings:
             (in-flight / live GPUs) reaches this.
         execution_delay_share: the share of new jobs delayed while their targets are hot.
         execution_delay_max_s: the delay is drawn uniformly from [0, this].
+        backlog: a job no region can take now waits in its home region's backlog; off, the
+            dispatcher retries and finally raises :class:`AtCapacity` (the earlier policy).
+        backlog_tenant_cap: jobs one tenant may have waiting in a region's backlog (``None``:
+            no cap); past it a submit raises :class:`BacklogFull`.
+        backlog_region_cap: jobs a region's backlog may hold in all (``None``: no cap).
     """
 
     allowance: float = 0.05
@@ -59,6 +66,11 @@ class AdmissionSettings:
     hot_utilization: float = 0.9
     execution_delay_share: float = 0.25
     execution_delay_max_s: float = 1.0
+    backlog: bool = True
+    backlog_tenant_cap: int | None = None
+    backlog_region_cap: int | None = 100_000
+    # A job submitted without a start deadline gets this one: no job waits forever.
+    default_start_deadline_s: float = 3600.0
 
     def __post_init__(self) -> None:
         checks = {
@@ -70,6 +82,8 @@ class AdmissionSettings:
             "hot_utilization": self.hot_utilization > 0,
             "execution_delay_share": 0 <= self.execution_delay_share <= 1,
             "execution_delay_max_s": self.execution_delay_max_s >= 0,
+            "backlog_tenant_cap": self.backlog_tenant_cap is None or self.backlog_tenant_cap >= 0,
+            "backlog_region_cap": self.backlog_region_cap is None or self.backlog_region_cap >= 0,
         }
         for name, ok in checks.items():
             if not ok:
@@ -94,6 +108,22 @@ class AtCapacity(DispatcherError, TransientError):
         )
         self.source = source
         self.attempts = attempts
+        self.retry_after_s = retry_after_s
+
+
+class BacklogFull(DispatcherError, TransientError):
+    """A backlog cap was reached (``cap``: ``tenant`` or ``region``); nothing was stored.
+
+    ``retry_after_s`` (whole seconds, at least 1) is when trying again is worth it; the HTTP
+    gateway answers 429 ``backlog_full`` with it as ``Retry-After``.
+    """
+
+    def __init__(self, region: str, cap: str, limit: int | None, retry_after_s: float) -> None:
+        super().__init__(
+            f"the {cap} backlog cap ({limit} jobs) of region {region!r} is reached; "
+            f"retry after {retry_after_s:g} s"
+        )
+        self.region, self.cap, self.limit = region, cap, limit
         self.retry_after_s = retry_after_s
 
 

@@ -1,9 +1,10 @@
 """A dispatcher's handle on one region's GPU queue: admission, record and message at once.
 
-One Lua script per submit (:meth:`animfleet.region.jobstore.JobStore.admit`) checks the
+One Lua script per submit (:meth:`animfleet.region.backlog.Backlog.admit`) checks the
 region's admission limit, stores the record and the input and pushes the job's Celery message
-(:mod:`animfleet.region.messages`), so two dispatchers can never overfill a region between
-them, and a record never exists without its message (or the reverse).
+(:mod:`animfleet.region.messages`), or keeps both in the region's backlog when no GPU can take
+the job now, so two dispatchers can never overfill a region between them, and a record never
+exists without its message (or the reverse).
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from animfleet.jobs import JobRecord
-from animfleet.region.jobstore import Admission, JobStore
+from animfleet.region.backlog import Backlog, BacklogAdmission, BacklogCaps
+from animfleet.region.jobstore import JobStore
 from animfleet.region.messages import AnimateMessages
 from animfleet.topology import Region
 
@@ -19,8 +21,13 @@ from animfleet.topology import Region
 class RegionQueue:
     """A dispatcher's handle on one region: admission, record and Celery message, atomically."""
 
-    def __init__(self, region: Region, store: JobStore, allowance: float) -> None:
+    def __init__(
+        self, region: Region, store: JobStore, allowance: float, caps: BacklogCaps | None = None
+    ) -> None:
         self.region, self.store, self.allowance = region, store, allowance
+        self.caps = caps or BacklogCaps()
+        self.backlog = Backlog(store.redis, region.name)
+        self._script = self.backlog.admit
         self.messages = AnimateMessages(region)
 
     def admit(
@@ -29,18 +36,22 @@ class RegionQueue:
         image: bytes,
         idempotency: Sequence[tuple[str, int]] = (),
         idempotency_entry: str = "",
-    ) -> Admission:
-        """Try to take ``record`` into this region now.
+        backlog: bool = False,
+    ) -> BacklogAdmission:
+        """Try to take ``record`` onto this region's GPU queue now; with ``backlog``, keep it in
+        the region's backlog when no GPU can take it (unless a cap is reached).
 
         ``idempotency`` lists (Redis key, ttl) pairs to bind to ``idempotency_entry`` on
         admission; if one is bound already nothing is written and the outcome is REPEAT.
         """
-        return self.store.admit(
+        return self._script(
             record,
             image,
             message=self.messages.for_job(record.id),
             queue=self.region.queue,
             allowance=self.allowance,
+            backlog=backlog,
+            caps=self.caps,
             idempotency=idempotency,
             idempotency_entry=idempotency_entry,
         )

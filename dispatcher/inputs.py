@@ -10,6 +10,7 @@ from PIL import Image, UnidentifiedImageError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from animfleet.errors import PermanentError
+from animfleet.jobs import DEFAULT_PRIORITY, DEFAULT_TENANT, MAX_PRIORITY
 from dispatcher.errors import DispatcherError
 
 ALLOWED_FORMATS = {"PNG", "JPEG", "WEBP"}
@@ -97,6 +98,9 @@ class AnimationRequest(BaseModel):
     start_deadline: float | None = Field(default=None, gt=0, le=MAX_DEADLINE_S)
     deadline: float | None = Field(default=None, gt=0, le=MAX_DEADLINE_S)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    # Fair share: until API keys name tenants, a request field (the scheduler's unit of share).
+    tenant: str = Field(default=DEFAULT_TENANT, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    priority: int = Field(default=DEFAULT_PRIORITY, ge=0, le=MAX_PRIORITY)
 
     @field_validator("prompt")
     @classmethod

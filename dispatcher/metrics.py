@@ -41,6 +41,17 @@ QUEUE_DEPTH = Gauge("animfleet_region_queue_depth", "Jobs queued, not started", 
 QUEUE_AGE = Gauge(
     "animfleet_region_oldest_queued_seconds", "Age of the oldest queued job", ["region"]
 )
+BACKLOG = Gauge(
+    "animfleet_region_backlog", "Jobs waiting in the region's backlog (no GPU yet)", ["region"]
+)
+IN_FLIGHT_JOBS = Gauge(
+    "animfleet_region_in_flight", "Jobs running or on the region's GPU queue", ["region"]
+)
+SCALING_SIGNAL = Gauge(
+    "animfleet_region_scaling_signal",
+    "(backlog + in_flight) / max(live_workers, 1): what the GPU group scales on",
+    ["region"],
+)
 REGION_UP = Gauge(
     "animfleet_region_reachable", "1 if the router reached the region's Redis", ["region"]
 )
@@ -52,8 +63,22 @@ ROUTING_SHARE = Gauge(
 ROUTING_TABLES = Counter("animfleet_routing_tables_total", "Routing tables computed")
 
 
-def admitted(home: str, region: str) -> None:
+BACKLOG_MOVES = Counter(
+    "animfleet_backlog_moves_total",
+    "Backlog jobs the scheduler moved onto a GPU queue, by backlog region and target region",
+    ["region", "target"],
+)
+BACKLOGGED = Counter(
+    "animfleet_jobs_backlogged_total",
+    "Jobs accepted into their home region's backlog (no GPU free at submit)",
+    ["home_region"],
+)
+
+
+def admitted(home: str, region: str, backlog: bool = False) -> None:
     JOBS_SUBMITTED.labels(home, region).inc()
+    if backlog:
+        BACKLOGGED.labels(home).inc()
     if region != home:
         SPILLOVER.labels(home, region).inc()
 
@@ -73,6 +98,9 @@ def observe_regions(
         IN_FLIGHT.labels(name).set(region.load.busy_workers)
         QUEUE_DEPTH.labels(name).set(region.load.queue_depth)
         QUEUE_AGE.labels(name).set(region.oldest_queued_age_s)
+        BACKLOG.labels(name).set(region.backlog)
+        IN_FLIGHT_JOBS.labels(name).set(region.load.in_flight)
+        SCALING_SIGNAL.labels(name).set(region.scaling_signal)
     for source, targets in shares.items():
         for target in names:
             ROUTING_SHARE.labels(source, target).set(targets.get(target, 0.0))

@@ -56,6 +56,12 @@ class AdmissionEnv(EnvSettings):
         default=AdmissionSettings.execution_delay_share, ge=0, le=1
     )
     execution_delay_max_s: float = Field(default=AdmissionSettings.execution_delay_max_s, ge=0)
+    backlog: bool = AdmissionSettings.backlog
+    backlog_tenant_cap: int | None = Field(default=AdmissionSettings.backlog_tenant_cap, ge=0)
+    backlog_region_cap: int | None = Field(default=AdmissionSettings.backlog_region_cap, ge=0)
+    default_start_deadline_s: float = Field(
+        default=AdmissionSettings.default_start_deadline_s, gt=0
+    )
 
     @model_validator(mode="after")
     def _window_grows(self) -> AdmissionEnv:
@@ -167,16 +173,20 @@ class Placement:
 
     def place(
         self, home: str, try_admit: TryAdmit, on_full: Callable[[], None] | None = None
-    ) -> str:
-        """The region that admitted the job; raises :class:`AtCapacity` when none would.
+    ) -> str | None:
+        """The region that admitted the job. With the backlog on, ``None`` when no region can
+        take it now (the caller puts it in the home backlog); off, it retries and raises
+        :class:`AtCapacity` when none would.
 
         ``on_full`` is called each time every allowed region turned the job away (before the
         backoff sleep).
         """
         first = self._snapshot()
         live = {r: first.live.get(r, UNKNOWN_CAPACITY) for r in self.regions}
-        utilization = source_utilization(first.table, home, first.held, live)
-        delay = execution_delay_s(utilization, self.rng, self.settings)
+        delay = 0.0
+        if not self.settings.backlog:  # the backlog orders a burst by itself
+            utilization = source_utilization(first.table, home, first.held, live)
+            delay = execution_delay_s(utilization, self.rng, self.settings)
         if delay:
             self.sleep(delay)  # spread a burst out so it does not start in lockstep
         # Undelayed, the first attempt uses the snapshot just taken; each retry (and the
@@ -197,4 +207,6 @@ class Placement:
                     return region
                 held[region] = admission_limit(live[region], self.settings)  # full after all
 
+        if self.settings.backlog:
+            return choose()
         return admit(home, choose, self.schedule, self.sleep)

@@ -8,7 +8,14 @@ from dataclasses import dataclass, field
 
 import redis
 
-from animfleet.region.keys import BUSY_SET, HOLDING_SET, QUEUED_SET, WAITING_SET, WORKER_SET
+from animfleet.region.keys import (
+    BACKLOG_ALL,
+    BUSY_SET,
+    HOLDING_SET,
+    QUEUED_SET,
+    WAITING_SET,
+    WORKER_SET,
+)
 from animfleet.region.load import RegionLoad
 from animfleet.topology import Region
 
@@ -20,12 +27,21 @@ class RegionStatus:
     ``holding``: jobs this region holds (queued or running), per home region.
     ``waiting``: jobs of this home region that dispatchers hold back because every region they
     may use is full.
+    ``backlog``: jobs accepted into the region's backlog, not yet on its GPU queue.
+    ``oldest_queued_age_s`` covers both the GPU queue and the backlog.
     """
 
     load: RegionLoad
     oldest_queued_age_s: float
     holding: dict[str, int] = field(default_factory=dict)
     waiting: int = 0
+    backlog: int = 0
+
+    @property
+    def scaling_signal(self) -> float:
+        """Work per live GPU, ``(backlog + in_flight) / max(live_workers, 1)``: what the
+        autoscaler tracks; above 0 with no live worker, it wakes the region."""
+        return (self.backlog + self.load.in_flight) / max(self.load.live_workers, 1)
 
 
 def read_region_status(
@@ -39,19 +55,23 @@ def read_region_status(
         pipe.llen(region.queue)
         pipe.zrange(QUEUED_SET + region.name, 0, 0, withscores=True)
         pipe.zcount(WAITING_SET + region.name, now, "+inf")
+        pipe.zcard(BACKLOG_ALL + region.name)
+        pipe.zrange(BACKLOG_ALL + region.name, 0, 0, withscores=True)
         for home in homes:
             pipe.zcard(HOLDING_SET + home)
-        live, busy, queued, oldest, waiting, *holding = pipe.execute()
+        live, busy, queued, oldest, waiting, backlog, oldest_waiting, *holding = pipe.execute()
     load = RegionLoad(
         region=region.name,
         live_workers=int(live),
         busy_workers=min(int(busy), int(live)),
         queue_depth=int(queued),
     )
-    age = max(0.0, now - float(oldest[0][1])) if oldest else 0.0
+    entered = [float(entry[0][1]) for entry in (oldest, oldest_waiting) if entry]
+    age = max(0.0, now - min(entered)) if entered else 0.0
     return RegionStatus(
         load=load,
         oldest_queued_age_s=age,
         holding={home: int(count) for home, count in zip(homes, holding, strict=True) if count},
         waiting=int(waiting),
+        backlog=int(backlog),
     )

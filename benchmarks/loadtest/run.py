@@ -5,6 +5,11 @@ then report throughput, end-to-end latency, success rate, spillover share and th
 latency over time.
 
     python -m benchmarks.loadtest.run --jobs 20000 --workers 4 --job-seconds 0.5
+
+``--mode both`` (the default) runs the same spike twice, on fresh fleets: ``retry`` (the earlier
+policy: a full fleet answers 429 after the dispatcher's retries, clients wait Retry-After) and
+``backlog`` (a full fleet keeps the job in its home backlog and the scheduler starts it), and
+prints them side by side: submit success rate, end-to-end p50/p99, jobs lost, backlog peak.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -24,6 +30,7 @@ import numpy as np
 from animfleet.jobs import JobRecord, JobState, region_of
 from animfleet.region.jobstore import JobNotFound, JobStore
 from animfleet.region.keys import JOB_KEY
+from animfleet.region.status import read_region_status
 from tools.localfleet import LocalFleet
 
 REGIONS = ("lt-a", "lt-b", "lt-c")
@@ -42,6 +49,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--drain-timeout", type=float, default=900.0)
     parser.add_argument("--root", default="run/loadtest")
     parser.add_argument("--out", default="out/loadtest")
+    parser.add_argument(
+        "--mode", choices=["both", "backlog", "retry"], default="both", help="admission policy"
+    )
     return parser.parse_args(argv)
 
 
@@ -92,7 +102,10 @@ def drain(
             if job_id in records and records[job_id].status.terminal:
                 continue
             try:
-                records[job_id] = stores[region_of(job_id)].get(job_id)
+                record = stores[region_of(job_id)].get(job_id)
+                if record.region != region_of(job_id):  # spilled from its home backlog
+                    record = stores[record.region].get(job_id)
+                records[job_id] = record
             except JobNotFound:
                 missing.append(job_id)
         open_jobs = [j for j, r in records.items() if not r.status.terminal]
@@ -199,9 +212,54 @@ def plot(jobs: dict[str, tuple[str, float]], records: dict[str, JobRecord], path
     fig.savefig(path, dpi=120)
 
 
+class BacklogPeak:
+    """Samples the fleet's total backlog every half second while the load runs."""
+
+    def __init__(self, fleet: LocalFleet) -> None:
+        self.fleet, self.peak = fleet, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        stores = {r: JobStore.from_url(self.fleet.redis_url(r)) for r in REGIONS}
+        while not self._stop.wait(0.5):
+            total = sum(
+                read_region_status(store.redis, self.fleet.topology.region(r)).backlog
+                for r, store in stores.items()
+            )
+            self.peak = max(self.peak, total)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    out = Path(args.out)
+    modes = ["retry", "backlog"] if args.mode == "both" else [args.mode]
+    results = {mode: run_mode(args, mode, Path(args.out) / mode) for mode in modes}
+    rows = [
+        ("submit success rate", "submit_success_rate", "{:.1%}"),
+        ("end-to-end p50 s", "latency_p50_s", "{:.2f}"),
+        ("end-to-end p99 s", "latency_p99_s", "{:.2f}"),
+        ("success within deadline", "success_within_deadline", "{:.1%}"),
+        ("jobs lost", "jobs_lost", "{}"),
+        ("backlog peak", "backlog_peak", "{}"),
+        ("submits answered 429/503", "submits_retried_after_429_503", "{}"),
+        ("throughput jobs/s", "throughput_jobs_per_s", "{:.1f}"),
+    ]
+    print(f"\n{'same spike, policy:':<28}" + "".join(f"{mode:>12}" for mode in modes))
+    for label, key, form in rows:
+        values = "".join(f"{form.format(results[mode][key]):>12}" for mode in modes)
+        print(f"{label:<28}{values}")
+    (Path(args.out) / "compare.json").write_text(json.dumps(results, indent=2))
+    return 0 if all(result["jobs_lost"] == 0 for result in results.values()) else 1
+
+
+def run_mode(args: argparse.Namespace, mode: str, out: Path) -> dict[str, object]:
+    """One fleet, one spike, one policy; the report of :func:`report` plus the backlog peak."""
     out.mkdir(parents=True, exist_ok=True)
     ids_file = out / "accepted.txt"
     ids_file.write_text("")
@@ -209,9 +267,10 @@ def main(argv: list[str] | None = None) -> int:
         # A spike should queue and back off, not be refused at once.
         "ANIMFLEET_ADMISSION_ALLOWANCE": "1",
         "ANIMFLEET_GATEWAY_THREADS": "64",
+        "ANIMFLEET_ADMISSION_BACKLOG": "1" if mode == "backlog" else "0",
     }
     with LocalFleet(
-        Path(args.root),
+        Path(args.root) / mode,
         regions=REGIONS,
         storage="local",
         workers_per_region=args.workers,
@@ -223,8 +282,10 @@ def main(argv: list[str] | None = None) -> int:
         service_env=service_env,
     ) as fleet:
         started = time.time()
+        sampler = BacklogPeak(fleet)
         run_locust(fleet, args, ids_file, out)
-        print(f"load generated in {time.time() - started:.0f}s; draining", flush=True)
+        peak = sampler.stop()
+        print(f"{mode}: load generated in {time.time() - started:.0f}s; draining", flush=True)
         jobs = read_ids(ids_file)
         # The fleet's side of the count: a job recorded whose 202 never reached the client
         # must end too, and is reported.
@@ -232,14 +293,19 @@ def main(argv: list[str] | None = None) -> int:
         records, missing = drain(fleet, list(jobs) + unanswered, args.drain_timeout)
     result = report(jobs, records, missing, out / "locust_stats.csv", args)
     result["recorded_but_never_answered"] = len(unanswered)
+    result["backlog_peak"] = peak
+    requests = int(str(result["submit_requests"])) or len(jobs)
+    result["submit_success_rate"] = len(jobs) / max(requests, len(jobs), 1)
+    result["jobs_lost"] = int(str(result["unaccounted"])) + len(missing)
     (out / "report.json").write_text(json.dumps(result, indent=2))
     plot(jobs, records, out / "latency.png")
     width = max(len(k) for k in result)
+    print(f"\n{mode}:")
     for key, value in result.items():
         shown = f"{value:.4g}" if isinstance(value, float) else value
         print(f"{key:<{width}}  {shown}")
     print(f"report: {out / 'report.json'}  plot: {out / 'latency.png'}")
-    return 0 if result["unaccounted"] == 0 else 1
+    return result
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 """Publish each region's backlog to CloudWatch, where the GPU groups' scaling policies read it.
 
 The names here are the contract with ``infra/terraform/modules/region_fleet``: the target tracking
-policy follows ``BacklogPerWorker``, the alarms watch ``OldestJobAgeSeconds``, ``LiveWorkers``,
-``JobsFailed`` and ``JobsSucceeded``, and a queued job in an empty group (``QueueDepth``) wakes it.
+policy follows ``ScalingSignal`` (``(Backlog + InFlight) / max(LiveWorkers, 1)``), the idle
+scale-in follows ``InFlight`` and ``LiveWorkers``, the alarms watch ``OldestJobAgeSeconds``,
+``LiveWorkers``, ``JobsFailed`` and ``JobsSucceeded``, and a waiting job in an empty group
+(``Backlog`` or ``QueueDepth``) wakes it.
 Every datum carries the dimension ``Region=<region name>``.
 
 Example::
@@ -33,9 +35,11 @@ class RegionBacklog:
     live_workers: int
     busy_workers: int
     oldest_queued_age_s: float
+    backlog: int = 0  # jobs in the region's backlog, not yet on its GPU queue
 
     def __post_init__(self) -> None:
-        for field in ("queue_depth", "live_workers", "busy_workers", "oldest_queued_age_s"):
+        fields = ("queue_depth", "live_workers", "busy_workers", "oldest_queued_age_s", "backlog")
+        for field in fields:
             if getattr(self, field) < 0:
                 raise ValueError(f"`{field}` must be >= 0 but is {getattr(self, field)}")
 
@@ -43,6 +47,17 @@ class RegionBacklog:
     def backlog_per_worker(self) -> float:
         """Queued jobs per live worker; with no live worker, the whole queue (so it scales out)."""
         return self.queue_depth / max(self.live_workers, 1)
+
+    @property
+    def in_flight(self) -> int:
+        """Jobs running or on the GPU queue."""
+        return self.busy_workers + self.queue_depth
+
+    @property
+    def scaling_signal(self) -> float:
+        """``(backlog + in_flight) / max(live_workers, 1)``: work per live GPU, and with no
+        live GPU the whole of it, so a region at zero with waiting jobs wakes."""
+        return (self.backlog + self.in_flight) / max(self.live_workers, 1)
 
 
 @dataclass(frozen=True)
@@ -90,7 +105,8 @@ class BacklogMetricsPublisher:
         return self._client
 
     def publish(self, loads: Mapping[str, RegionBacklog]) -> None:
-        """Publish QueueDepth, BacklogPerWorker, LiveWorkers, BusyWorkers, OldestJobAgeSeconds.
+        """Publish QueueDepth, BacklogPerWorker, LiveWorkers, BusyWorkers, OldestJobAgeSeconds,
+        Backlog, InFlight and ScalingSignal.
 
         Raises whatever the client raises (botocore's ``ClientError``, connection errors); the
         caller decides whether a missed report matters.
@@ -106,6 +122,9 @@ class BacklogMetricsPublisher:
                 _datum(name, "LiveWorkers", load.live_workers, "Count", timestamp),
                 _datum(name, "BusyWorkers", load.busy_workers, "Count", timestamp),
                 _datum(name, "OldestJobAgeSeconds", load.oldest_queued_age_s, "Seconds", timestamp),
+                _datum(name, "Backlog", load.backlog, "Count", timestamp),
+                _datum(name, "InFlight", load.in_flight, "Count", timestamp),
+                _datum(name, "ScalingSignal", load.scaling_signal, "None", timestamp),
             ]
         self._put(data)
 

@@ -47,8 +47,13 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, shipped_model: Path) -> Iter
 
 @pytest.fixture
 def client(fleet: LocalFleet) -> Iterator[Client]:
+    # The backoff policy (no backlog): a job waits in the dispatcher until a region has room.
     settings = AdmissionSettings(
-        retry_budget_s=60.0, max_attempts=1000, backoff_initial_s=0.1, backoff_max_s=0.5
+        retry_budget_s=60.0,
+        max_attempts=1000,
+        backoff_initial_s=0.1,
+        backoff_max_s=0.5,
+        backlog=False,
     )
     client = Client(fleet.topology, admission=settings, routing_region="ra")
     yield client

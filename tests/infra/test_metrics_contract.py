@@ -61,7 +61,8 @@ def test_scaling_and_alarms_read_only_published_metrics_by_region() -> None:
     }
     names = {name for name, _ in metrics}
 
-    assert {"BacklogPerWorker", "OldestJobAgeSeconds", "LiveWorkers", "JobsFailed"} <= names
+    scaling = {"ScalingSignal", "Backlog", "InFlight", "QueueDepth"}
+    assert scaling | {"OldestJobAgeSeconds", "LiveWorkers", "JobsFailed"} <= names
     assert names <= published_metric_names()
     for name, dimensions in metrics:
         assert "Region" in dimensions and "fleet_region" in dimensions, (name, dimensions)

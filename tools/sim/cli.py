@@ -39,6 +39,15 @@ def _comma_list(allowed: tuple[str, ...]) -> Callable[[str], list[str]]:
     return parse
 
 
+def _simulate_backlog(args: argparse.Namespace) -> int:
+    from tools.sim.autoscale import run_all
+
+    for name, summary in run_all(args.out, args.seed).items():
+        shown = ", ".join(f"{key} {value:.4g}" for key, value in summary.items())
+        print(f"{name}: {shown}  ({args.out / (name + '.png')})")
+    return 0
+
+
 def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Register ``simulate`` and ``plan`` on an ``argparse`` subparsers object."""
     sim = subparsers.add_parser(
@@ -78,6 +87,15 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     _service_args(sim)
     sim.add_argument("--seed", type=int, default=0, help="random seed")
     sim.set_defaults(handler=_simulate)
+
+    autoscale = subparsers.add_parser(
+        "simulate-backlog",
+        help="one region scaling on its backlog: scale from zero, and a 3x spike",
+        description="Play the Terraform scaling policies against traffic; PNG per scenario.",
+    )
+    autoscale.add_argument("--out", type=Path, default=Path("out/sim"), help="PNG directory")
+    autoscale.add_argument("--seed", type=int, default=0, help="random seed")
+    autoscale.set_defaults(handler=_simulate_backlog)
 
     planner = subparsers.add_parser(
         "plan",

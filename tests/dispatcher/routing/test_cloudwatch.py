@@ -44,7 +44,7 @@ def backlog(region: str = "us-east", **overrides: Any) -> RegionBacklog:
     return RegionBacklog(region=region, **fields)
 
 
-def test_publish_sends_the_five_backlog_metrics_per_region() -> None:
+def test_publish_sends_the_backlog_and_scaling_metrics_per_region() -> None:
     client = RecordingClient()
     loads = {"us-east": backlog("us-east"), "eu-west": backlog("eu-west", queue_depth=0)}
 
@@ -58,6 +58,9 @@ def test_publish_sends_the_five_backlog_metrics_per_region() -> None:
         "LiveWorkers": 4.0,
         "BusyWorkers": 3.0,
         "OldestJobAgeSeconds": 31.5,
+        "Backlog": 0.0,
+        "InFlight": 15.0,
+        "ScalingSignal": 3.75,
     }
     assert client.values("eu-west")["QueueDepth"] == 0.0
     assert client.values("eu-west")["BacklogPerWorker"] == 0.0
@@ -69,6 +72,16 @@ def test_backlog_per_worker_with_no_live_worker_is_the_whole_queue() -> None:
     BacklogMetricsPublisher(client=client).publish({"us-east": backlog(live_workers=0)})
 
     assert client.values("us-east")["BacklogPerWorker"] == 12.0
+
+
+def test_scaling_signal_counts_the_backlog_and_wakes_a_region_at_zero() -> None:
+    client = RecordingClient()
+    loads = {"us-east": backlog(live_workers=0, busy_workers=0, queue_depth=0, backlog=7)}
+
+    BacklogMetricsPublisher(client=client).publish(loads)
+
+    values = client.values("us-east")
+    assert (values["Backlog"], values["InFlight"], values["ScalingSignal"]) == (7.0, 0.0, 7.0)
 
 
 def test_data_carry_units_and_one_timestamp() -> None:
@@ -87,15 +100,15 @@ def test_data_carry_units_and_one_timestamp() -> None:
 
 def test_publish_splits_into_calls_of_at_most_1000_data() -> None:
     client = RecordingClient()
-    # 201 regions x 5 metrics = 1005 data: one full call and one of 5.
-    loads = {f"r{i:03d}": backlog(f"r{i:03d}") for i in range(201)}
+    # 126 regions x 8 metrics = 1008 data: one full call and one of 8.
+    loads = {f"r{i:03d}": backlog(f"r{i:03d}") for i in range(126)}
 
     BacklogMetricsPublisher(namespace="fleet-test", client=client).publish(loads)
 
     sizes = [len(call["MetricData"]) for call in client.calls]
-    assert sizes == [MAX_DATA_PER_CALL, 5]
+    assert sizes == [MAX_DATA_PER_CALL, 8]
     assert {call["Namespace"] for call in client.calls} == {"fleet-test"}
-    assert len(client.values("r200")) == 5
+    assert len(client.values("r125")) == 8
 
 
 def test_publish_nothing_makes_no_call() -> None:

@@ -57,7 +57,7 @@ locals {
   cpu_groups = merge(
     {
       services = {
-        processes = ["web", "webhooks"]
+        processes = ["web", "webhooks", "scheduler"]
         min_size  = var.services_min_size
         max_size  = var.services_max_size
       }

@@ -98,6 +98,11 @@ output "metrics_namespace" {
 }
 
 output "backlog_per_worker_target" {
-  description = "The scaling target: queued jobs per live worker (acceptable wait / job duration)."
+  description = "Backlog per live worker that still starts within the acceptable wait (acceptable wait / job duration)."
   value       = local.backlog_per_worker_target
+}
+
+output "scaling_signal_target" {
+  description = "The scaling target: (backlog + in flight) per live worker, 1 + backlog_per_worker_target."
+  value       = local.scaling_signal_target
 }

@@ -1,19 +1,24 @@
 ################################################################################
-# Scaling on backlog per worker, and the alarms an operator is woken by
+# Scaling on the backlog, and the alarms an operator is woken by
 #
 # The router publishes, per region (dimension Region = fleet_region), in `metrics_namespace`:
 # QueueDepth, BacklogPerWorker (= QueueDepth / max(LiveWorkers, 1)), LiveWorkers, BusyWorkers,
-# OldestJobAgeSeconds, JobsSucceeded and JobsFailed (see dispatcher/routing/cloudwatch.py).
+# OldestJobAgeSeconds, Backlog (jobs waiting for a GPU in the region's backlog), InFlight
+# (running + on the GPU queue), ScalingSignal (= (Backlog + InFlight) / max(LiveWorkers, 1)),
+# JobsSucceeded and JobsFailed (see dispatcher/routing/cloudwatch.py).
 ################################################################################
 
 locals {
   region_dimension = { Region = var.fleet_region }
+  # One job runs per worker; on top of it, acceptable_wait_seconds / job_duration_seconds jobs
+  # per worker is the most backlog that still starts within the acceptable wait.
+  scaling_signal_target = 1 + local.backlog_per_worker_target
 }
 
-# Each worker clears one job per job_duration_seconds, so a backlog of
-# acceptable_wait_seconds / job_duration_seconds jobs per worker is the most that still starts
-# within the acceptable wait. Target tracking adds or removes instances to hold it there (backlog
-# per worker and per instance differ by the constant GPUs per instance, which the ratio absorbs).
+# Each worker clears one job per job_duration_seconds. Target tracking adds instances to hold the
+# work per worker (backlog + in flight) at its target (work per worker and per instance differ by
+# the constant GPUs per instance, which the ratio absorbs). It never scales in: that is the idle
+# policy below, which removes only instances beyond what is running.
 resource "aws_autoscaling_policy" "worker_backlog" {
   region = var.aws_region
 
@@ -22,11 +27,12 @@ resource "aws_autoscaling_policy" "worker_backlog" {
   policy_type            = "TargetTrackingScaling"
 
   target_tracking_configuration {
-    target_value = local.backlog_per_worker_target
+    target_value     = local.scaling_signal_target
+    disable_scale_in = true
 
     customized_metric_specification {
       namespace   = var.metrics_namespace
-      metric_name = "BacklogPerWorker"
+      metric_name = "ScalingSignal"
       statistic   = "Average"
 
       metric_dimension {
@@ -37,8 +43,9 @@ resource "aws_autoscaling_policy" "worker_backlog" {
   }
 }
 
-# Target tracking multiplies the current capacity, so it cannot leave zero: a queued job in an
-# empty group starts one instance, after which the backlog policy takes over.
+# Target tracking multiplies the current capacity, so it cannot leave zero: a job waiting in the
+# backlog (or queued) in an empty group starts one instance, after which the backlog policy takes
+# over.
 resource "aws_autoscaling_policy" "worker_wake" {
   region = var.aws_region
 
@@ -58,7 +65,7 @@ resource "aws_cloudwatch_metric_alarm" "worker_wake" {
   region = var.aws_region
 
   alarm_name          = "${local.name}-jobs-queued-with-no-instances"
-  alarm_description   = "Jobs are queued in ${var.fleet_region} and its GPU group is at zero: start an instance."
+  alarm_description   = "Jobs wait in ${var.fleet_region}'s backlog or queue and its GPU group is at zero: start an instance."
   comparison_operator = "GreaterThanOrEqualToThreshold"
   threshold           = 1
   evaluation_periods  = 1
@@ -67,9 +74,21 @@ resource "aws_cloudwatch_metric_alarm" "worker_wake" {
 
   metric_query {
     id          = "wake"
-    expression  = "IF(queued > 0 AND desired < 1, 1, 0)"
-    label       = "Queued jobs with no GPU instance"
+    expression  = "IF(backlog + queued > 0 AND desired < 1, 1, 0)"
+    label       = "Waiting jobs with no GPU instance"
     return_data = true
+  }
+
+  metric_query {
+    id = "backlog"
+
+    metric {
+      namespace   = var.metrics_namespace
+      metric_name = "Backlog"
+      dimensions  = local.region_dimension
+      stat        = "Maximum"
+      period      = 60
+    }
   }
 
   metric_query {
@@ -91,6 +110,81 @@ resource "aws_cloudwatch_metric_alarm" "worker_wake" {
       namespace   = "AWS/AutoScaling"
       metric_name = "GroupDesiredCapacity"
       dimensions  = { AutoScalingGroupName = aws_autoscaling_group.worker.name }
+      stat        = "Maximum"
+      period      = 60
+    }
+  }
+
+  tags = local.tags
+}
+
+# Scale in one instance at a time, and only while workers sit idle with nothing waiting: the
+# group never shrinks below the workers that run or are about to run a job.
+resource "aws_autoscaling_policy" "worker_idle" {
+  region = var.aws_region
+
+  name                    = "${local.name}-idle-scale-in"
+  autoscaling_group_name  = aws_autoscaling_group.worker.name
+  policy_type             = "StepScaling"
+  adjustment_type         = "ChangeInCapacity"
+  metric_aggregation_type = "Minimum"
+
+  step_adjustment {
+    scaling_adjustment          = -1
+    metric_interval_lower_bound = 0
+  }
+}
+
+resource "aws_cloudwatch_metric_alarm" "worker_idle" {
+  region = var.aws_region
+
+  alarm_name          = "${local.name}-idle-workers"
+  alarm_description   = "Workers in ${var.fleet_region} sat idle with an empty backlog for ${var.scale_in_idle_minutes} minutes: remove one instance."
+  comparison_operator = "GreaterThanOrEqualToThreshold"
+  threshold           = 1
+  evaluation_periods  = var.scale_in_idle_minutes
+  datapoints_to_alarm = var.scale_in_idle_minutes
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = [aws_autoscaling_policy.worker_idle.arn]
+
+  metric_query {
+    id          = "idle"
+    expression  = "IF(backlog < 1, live - inflight, 0)"
+    label       = "Idle workers with an empty backlog"
+    return_data = true
+  }
+
+  metric_query {
+    id = "live"
+
+    metric {
+      namespace   = var.metrics_namespace
+      metric_name = "LiveWorkers"
+      dimensions  = local.region_dimension
+      stat        = "Minimum"
+      period      = 60
+    }
+  }
+
+  metric_query {
+    id = "inflight"
+
+    metric {
+      namespace   = var.metrics_namespace
+      metric_name = "InFlight"
+      dimensions  = local.region_dimension
+      stat        = "Maximum"
+      period      = 60
+    }
+  }
+
+  metric_query {
+    id = "backlog"
+
+    metric {
+      namespace   = var.metrics_namespace
+      metric_name = "Backlog"
+      dimensions  = local.region_dimension
       stat        = "Maximum"
       period      = 60
     }

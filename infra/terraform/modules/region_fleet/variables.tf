@@ -573,3 +573,14 @@ variable "no_live_workers_alarm_minutes" {
     error_message = "`no_live_workers_alarm_minutes` must be between 5 and 1440; keep it above the worker warm-up time."
   }
 }
+
+variable "scale_in_idle_minutes" {
+  description = "Remove one GPU instance after workers sat idle with an empty backlog for this many minutes in a row (scale-in never goes below the workers running jobs)."
+  type        = number
+  default     = 10
+
+  validation {
+    condition     = var.scale_in_idle_minutes >= 2 && var.scale_in_idle_minutes <= 1440 && floor(var.scale_in_idle_minutes) == var.scale_in_idle_minutes
+    error_message = "`scale_in_idle_minutes` must be a whole number between 2 and 1440."
+  }
+}

@@ -1,0 +1,312 @@
+"""Jobs leaving a region's backlog: onto its own GPU queue, or claimed for another region.
+
+A move home is one script (:meth:`Handoff.move_home`): while the region has room under the
+admission rule, pick the next job by deficit round robin over tenants, take it out of the
+backlog and push its stored Celery message onto the GPU queue and the job into the queued set,
+so a job is never in both places or neither. The record is checked as it is popped: a job
+canceled, expired or past its start deadline is dropped from the backlog instead (the overdue
+ones are returned so the caller ends them ``expired``).
+
+A spill to another region cannot be one script (two Redis servers), so it is three steps, each
+atomic and each safe to repeat: :meth:`claim` moves jobs from the backlog to a "moving" hash;
+the caller admits a copy of the record in the target region (its admission script refuses a
+duplicate id); :meth:`forward` turns the home record into a pointer to the target (its
+``region``) and drops the home's input, or :meth:`give_back` returns the job to the backlog.
+A claim older than a lease found by the next scheduler is finished or given back by checking
+the target (see :class:`dispatcher.scheduler.Scheduler`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+import redis
+
+from animfleet.region.backlog import Backlog
+from animfleet.region.keys import (
+    BACKLOG_DEFICIT,
+    BACKLOG_MOVING,
+    BUSY_SET,
+    HOLDING_SET,
+    INPUT_KEY,
+    JOB_KEY,
+    QUEUED_SET,
+    SCHEDULER_LEASE,
+    START_BY_SET,
+    WORKER_SET,
+)
+
+# KEYS: workers, busy, queued, GPU queue, backlog-all, messages, ring, active, deficits,
+#       weights, moving
+# ARGV: now, allowance, most jobs to take, tenant key prefix, record key prefix,
+#       mode ('home' | 'claim'), target region (claim), most entries to look at
+_TAKE = """
+local now, allowance, most = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local budget = tonumber(ARGV[8])
+local taken, skipped, overdue = {}, {}, {}
+
+local function room()
+  if ARGV[6] == 'claim' then return most - #taken end
+  local live = redis.call('ZCOUNT', KEYS[1], now, '+inf')
+  local held = redis.call('ZCOUNT', KEYS[2], now, '+inf') + redis.call('ZCARD', KEYS[3])
+  return math.floor(live * (1 + allowance) + 1e-9) - held
+end
+
+local function drop(tenant)
+  redis.call('LPOP', KEYS[7])
+  redis.call('SREM', KEYS[8], tenant)
+  redis.call('HDEL', KEYS[9], tenant)
+end
+
+local function rotate()
+  redis.call('RPUSH', KEYS[7], redis.call('LPOP', KEYS[7]))
+end
+
+-- Deficit round robin: a tenant's turn adds its weight to its deficit; each job costs 1.
+local function pick()
+  while budget > 0 do
+    budget = budget - 1
+    local tenant = redis.call('LINDEX', KEYS[7], 0)
+    if not tenant then return nil end
+    local queue = ARGV[4] .. tenant
+    local head = redis.call('ZRANGE', queue, 0, 0, 'WITHSCORES')
+    if #head == 0 then
+      drop(tenant)
+    else
+      local deficit = tonumber(redis.call('HGET', KEYS[9], tenant) or '0')
+      if deficit < 1 then
+        deficit = deficit + tonumber(redis.call('HGET', KEYS[10], tenant) or '1')
+        redis.call('HSET', KEYS[9], tenant, deficit)
+      end
+      if deficit < 1 then
+        rotate()
+      else
+        local id = head[1]
+        redis.call('ZREM', queue, id)
+        local created = redis.call('ZSCORE', KEYS[5], id)
+        redis.call('ZREM', KEYS[5], id)
+        local message = redis.call('HGET', KEYS[6], id)
+        redis.call('HDEL', KEYS[6], id)
+        local raw = redis.call('GET', ARGV[5] .. id)
+        local live = false
+        if raw and message then
+          local record = cjson.decode(raw)
+          if record.status == 'queued' then
+            local limit = nil
+            for _, name in ipairs({'start_deadline', 'deadline'}) do
+              local t = record[name]
+              if type(t) == 'number' and (limit == nil or t < limit) then limit = t end
+            end
+            if limit ~= nil and now >= limit then
+              table.insert(overdue, id)
+            else
+              live = true
+            end
+          else
+            table.insert(skipped, id)
+          end
+        else
+          table.insert(skipped, id)
+        end
+        if live then
+          deficit = deficit - 1
+          redis.call('HSET', KEYS[9], tenant, deficit)
+          if redis.call('ZCARD', queue) == 0 then drop(tenant)
+          elseif deficit < 1 then rotate() end
+          return {id, message, head[2], tenant, created}
+        end
+      end
+    end
+  end
+  return nil
+end
+
+while #taken < most and room() > 0 do
+  local job = pick()
+  if not job then break end
+  if ARGV[6] == 'claim' then
+    redis.call('HSET', KEYS[11], job[1], cjson.encode({
+      target = ARGV[7], at = ARGV[1], message = job[2], order = job[3], tenant = job[4],
+      created = job[5]}))
+  else
+    redis.call('LPUSH', KEYS[4], job[2])
+    redis.call('ZADD', KEYS[3], now, job[1])
+  end
+  table.insert(taken, job[1])
+end
+return {taken, skipped, overdue, redis.call('ZCARD', KEYS[5])}
+"""
+
+# KEYS: moving, tenant backlog, backlog-all, messages, ring, active, deficits
+# ARGV: job id
+_GIVE_BACK = """
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if not raw then return 0 end
+local claim = cjson.decode(raw)
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('ZADD', KEYS[2], claim.order, ARGV[1])
+redis.call('ZADD', KEYS[3], claim.created, ARGV[1])
+redis.call('HSET', KEYS[4], ARGV[1], claim.message)
+redis.call('HINCRBYFLOAT', KEYS[7], claim.tenant, 1)
+if redis.call('SADD', KEYS[6], claim.tenant) == 1 then
+  redis.call('LPUSH', KEYS[5], claim.tenant)
+end
+return 1
+"""
+
+# KEYS: moving, record, start-by, holding set of the home region, input
+# ARGV: job id, region of this record (home), target region
+# The record becomes a pointer: only its "region" changes, textually (a JSON round trip in Lua
+# would round the float timestamps).
+_FORWARD = """
+redis.call('HDEL', KEYS[1], ARGV[1])
+local raw = redis.call('GET', KEYS[2])
+if not raw then return {0, 'missing'} end
+local status = cjson.decode(raw).status
+if status ~= 'queued' then return {0, status} end
+local from = ',"region":"' .. ARGV[2] .. '"'
+local at = string.find(raw, from, 1, true)
+if not at then return {0, 'unexpected'} end
+local moved = string.sub(raw, 1, at - 1) .. ',"region":"' .. ARGV[3] .. '"' ..
+  string.sub(raw, at + #from)
+redis.call('SET', KEYS[2], moved, 'KEEPTTL')
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1])
+redis.call('DEL', KEYS[5])
+return {1, status}
+"""
+
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'NX') and 1 or 0
+"""
+
+
+@dataclass(frozen=True)
+class Taken:
+    """What one take answered: jobs moved (or claimed), entries dropped because their record
+    ended or vanished, entries past their start deadline, and the backlog left."""
+
+    jobs: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    overdue: list[str] = field(default_factory=list)
+    remaining: int = 0
+
+
+@dataclass(frozen=True)
+class Claim:
+    job_id: str
+    target: str
+    at: float
+    message: str
+
+
+def _text(items: list[bytes]) -> list[str]:
+    return [item.decode() for item in items]
+
+
+class Handoff:
+    """Moves jobs out of one region's backlog."""
+
+    def __init__(self, client: redis.Redis, region: str, queue: str, allowance: float) -> None:
+        self.redis, self.region, self.queue, self.allowance = client, region, queue, allowance
+        self.backlog = Backlog(client, region)
+        self.moving_key = BACKLOG_MOVING + region
+        self.deficit_key = BACKLOG_DEFICIT + region
+        self._take = client.register_script(_TAKE)
+        self._give_back = client.register_script(_GIVE_BACK)
+        self._forward = client.register_script(_FORWARD)
+        self._renew = client.register_script(_RENEW)
+
+    def _run_take(self, mode: str, most: int, target: str = "", budget: int = 1000) -> Taken:
+        b = self.backlog
+        keys = [
+            WORKER_SET + self.region,
+            BUSY_SET + self.region,
+            QUEUED_SET + self.region,
+            self.queue,
+            b.all_key,
+            b.message_key,
+            b.ring_key,
+            b.active_key,
+            self.deficit_key,
+            b.weights_key,
+            self.moving_key,
+        ]
+        args: list[str | int] = [
+            repr(time.time()),
+            repr(self.allowance),
+            most,
+            b.tenant_key(""),
+            JOB_KEY,
+            mode,
+            target,
+            budget,
+        ]
+        jobs, skipped, overdue, remaining = self._take(keys=keys, args=args)
+        return Taken(_text(jobs), _text(skipped), _text(overdue), int(remaining))
+
+    def move_home(self, most: int = 100) -> Taken:
+        """Move up to ``most`` jobs onto this region's GPU queue while it has room."""
+        return self._run_take("home", most)
+
+    def claim(self, target: str, most: int) -> Taken:
+        """Take up to ``most`` jobs out of the backlog, marked as moving to ``target``."""
+        return self._run_take("claim", most, target)
+
+    def give_back(self, job_id: str) -> bool:
+        """Return a claimed job to its tenant's backlog (the target could not take it)."""
+        b = self.backlog
+        raw = self.redis.hget(self.moving_key, job_id)
+        if raw is None:
+            return False
+        tenant = json.loads(raw)["tenant"]
+        keys = [
+            self.moving_key,
+            b.tenant_key(tenant),
+            b.all_key,
+            b.message_key,
+            b.ring_key,
+            b.active_key,
+            self.deficit_key,
+        ]
+        return bool(self._give_back(keys=keys, args=[job_id]))
+
+    def forward(self, job_id: str, home: str, target: str) -> tuple[bool, str]:
+        """Point the home record at ``target`` once the target holds the job; returns
+        (forwarded, status). Not forwarded when the record ended meanwhile (canceled or
+        expired): the caller ends the target's copy the same way."""
+        keys = [
+            self.moving_key,
+            JOB_KEY + job_id,
+            START_BY_SET + self.region,
+            HOLDING_SET + home,
+            INPUT_KEY + job_id,
+        ]
+        done, status = self._forward(keys=keys, args=[job_id, self.region, target])
+        return bool(done), status.decode() if isinstance(status, bytes) else str(status)
+
+    def claims(self) -> dict[str, Claim]:
+        """Jobs half-way to another region."""
+        found: dict[str, Claim] = {}
+        entries: dict[bytes, bytes] = self.redis.hgetall(self.moving_key)  # type: ignore[assignment]
+        for raw_id, raw in entries.items():
+            entry = json.loads(raw)
+            job_id = raw_id.decode()
+            found[job_id] = Claim(job_id, entry["target"], float(entry["at"]), entry["message"])
+        return found
+
+    # -- one mover per region ------------------------------------------------------------------
+    def hold_lease(self, owner: str, ttl_s: float) -> bool:
+        """Take or renew this region's scheduler lease; False while another owner holds it."""
+        return bool(
+            self._renew(keys=[SCHEDULER_LEASE + self.region], args=[owner, int(ttl_s * 1000)])
+        )
+
+    def release_lease(self, owner: str) -> None:
+        if self.redis.get(SCHEDULER_LEASE + self.region) == owner.encode():
+            self.redis.delete(SCHEDULER_LEASE + self.region)

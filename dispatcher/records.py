@@ -1,0 +1,55 @@
+"""What a submit writes: the job record from a validated request, and the fingerprint that
+makes two submits "the same request" for idempotency."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+
+from animfleet.jobs import WEBHOOK_EVENTS, JobParams, JobRecord
+from dispatcher.inputs import AnimationRequest
+
+
+def new_record(
+    job_id: str,
+    target: str,
+    home: str,
+    request: AnimationRequest,
+    default_start_deadline_s: float | None = None,
+) -> JobRecord:
+    """The queued record of a new job held by ``target`` for users of ``home``; a request
+    without a start deadline gets ``default_start_deadline_s`` (so no job waits forever)."""
+    now = time.time()
+    start_within = request.start_deadline or default_start_deadline_s
+    return JobRecord(
+        id=job_id,
+        created_at=now,
+        region=target,
+        home_region=home,
+        params=JobParams(
+            prompt=request.prompt,
+            frames=request.frames,
+            fps=request.fps,
+            width=request.width,
+            height=request.height,
+            seed=request.seed if request.seed is not None else secrets.randbelow(2**32),
+            steps=request.steps,
+            variant=request.variant,
+        ),
+        webhook_url=request.webhook_url,
+        webhook_events=list(request.webhook_events_filter or WEBHOOK_EVENTS),
+        start_deadline=now + start_within if start_within else None,
+        deadline=now + request.deadline if request.deadline else None,
+        metadata=request.metadata,
+        tenant=request.tenant,
+        priority=request.priority,
+    )
+
+
+def fingerprint(image: bytes, request: AnimationRequest, home: str) -> str:
+    """What makes two submissions "the same request" for idempotency."""
+    digest = hashlib.sha256(bytes(image))
+    digest.update(request.model_dump_json().encode())
+    digest.update(home.encode())
+    return digest.hexdigest()

@@ -1,0 +1,263 @@
+"""The scheduler process (``animfleet scheduler``): moves backlog jobs onto GPU queues.
+
+Each pass over a region, under that region's lease (so two copies never both move its jobs):
+jobs go onto the region's own GPU queue while it has room (one atomic script per batch, fair
+share by deficit round robin, :mod:`animfleet.region.handoff`); when it has none, jobs spill to
+the regions the routing table sends this region's traffic to, then its fallback ring, each only
+while that region has room and no backlog of its own. Passes run every ``poll_s`` (100 ms), so
+a freed GPU gets its next job within about that. Everything lives in Redis: a scheduler that
+dies loses nothing, and the next lease holder finishes or returns its half-done spills.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+import time
+from collections.abc import Mapping
+
+import structlog
+from pydantic import Field, field_validator
+from pydantic_settings import SettingsConfigDict
+
+from animfleet.jobs import IllegalTransition, JobRecord, JobState
+from animfleet.metrics import port_from_env, serve
+from animfleet.region.backlog import Backlog
+from animfleet.region.handoff import Handoff
+from animfleet.region.jobstore import FULL, JobNotFound, JobStore, expire_if_overdue
+from animfleet.region.messages import AnimateMessages
+from animfleet.region.status import read_region_status
+from animfleet.settings import EnvSettings, load
+from animfleet.topology import Topology
+from dispatcher import metrics
+from dispatcher.admission import AdmissionSettings, admission_limit
+from dispatcher.placement import RoutingCache, admission_settings_from_env
+
+log = structlog.stdlib.get_logger("animfleet.scheduler")
+
+
+class SchedulerSettings(EnvSettings):
+    """``ANIMFLEET_SCHEDULER_<FIELD>``; a bad value names its variable."""
+
+    model_config = SettingsConfigDict(env_prefix="ANIMFLEET_SCHEDULER_")
+
+    poll_s: float = Field(default=0.1, gt=0, le=5)  # between passes: the freed-GPU delay
+    lease_s: float = Field(default=5.0, gt=0)  # a dead scheduler's region waits this long
+    batch: int = Field(default=100, ge=1)  # most jobs moved per script call
+    spill: bool = True  # move backlog jobs to other regions with room
+    claim_timeout_s: float = Field(default=30.0, gt=0)  # a spill older than this was abandoned
+    # Fair-share weights, "tenant:weight,..." (a tenant not listed weighs 1); unset leaves the
+    # weights stored in the region as they are.
+    weights: dict[str, float] | None = None
+
+    @field_validator("weights", mode="before")
+    @classmethod
+    def _parse_weights(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        pairs = [item.strip().rpartition(":") for item in value.split(",") if item.strip()]
+        if any(not tenant or not weight for tenant, _, weight in pairs):
+            raise ValueError("weights are tenant:weight pairs, e.g. acme:2,beta:1")
+        return {tenant: weight for tenant, _, weight in pairs}
+
+    @field_validator("weights")
+    @classmethod
+    def _positive(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        if value is not None and any(weight <= 0 for weight in value.values()):
+            raise ValueError(f"every weight must be > 0, got {value}")
+        return value
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> SchedulerSettings:
+        """Raises :class:`animfleet.settings.SettingsError`."""
+        return load(cls, env)
+
+
+class RegionScheduler:
+    """Moves one region's backlog; :meth:`pump` is one pass."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        region: str,
+        settings: SchedulerSettings,
+        admission: AdmissionSettings,
+        routing: RoutingCache | None = None,
+        owner: str | None = None,
+    ) -> None:
+        self.topology, self.region, self.settings = topology, region, settings
+        self.admission, self.routing = admission, routing
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{id(self)}"
+        self._stores: dict[str, JobStore] = {}
+        self._messages: dict[str, AnimateMessages] = {}
+        self.handoff = Handoff(
+            self.store(region).redis, region, topology.region(region).queue, admission.allowance
+        )
+        self._checked_claims = 0.0
+
+    def store(self, region: str) -> JobStore:
+        if region not in self._stores:
+            url = self.topology.region(region).broker_url
+            self._stores[region] = JobStore.from_url(url, retry_s=2.0)
+        return self._stores[region]
+
+    def pump(self) -> tuple[int, int]:
+        """One pass: (jobs moved, backlog left); (0, 0) while another scheduler holds the lease."""
+        if not self.handoff.hold_lease(self.owner, self.settings.lease_s):
+            return 0, 0
+        now = time.monotonic()
+        if now - self._checked_claims > self.settings.claim_timeout_s / 3:
+            self._checked_claims = now
+            self.recover_claims()
+        taken = self.handoff.move_home(self.settings.batch)
+        self._expire(self.region, taken.overdue)
+        moved, left = len(taken.jobs), taken.remaining
+        if taken.jobs:
+            metrics.BACKLOG_MOVES.labels(self.region, self.region).inc(len(taken.jobs))
+        if left and self.settings.spill:
+            spilled, left = self._spill(left)
+            moved += spilled
+        return moved, left
+
+    # -- spillover -----------------------------------------------------------------------------
+    def _spill(self, left: int) -> tuple[int, int]:
+        table = self.routing.snapshot().table if self.routing else None
+        if table is None:
+            return 0, left
+        candidates = [t for t in table.targets(self.region) if t != self.region]
+        candidates += [t for t in table.fallback.get(self.region, ()) if t not in candidates]
+        moved = 0
+        for target in candidates:
+            room = self._room(target)
+            if room <= 0 or left <= 0:
+                continue
+            taken = self.handoff.claim(target, min(room, self.settings.batch))
+            self._expire(self.region, taken.overdue)
+            left = taken.remaining
+            for job_id in taken.jobs:
+                moved += self._move_abroad(job_id, target)
+        return moved, left
+
+    def _room(self, target: str) -> int:
+        """Jobs ``target`` can start now; none while it has a backlog of its own."""
+        store = self.store(target)
+        if Backlog(store.redis, target).depth():
+            return 0
+        load = read_region_status(store.redis, self.topology.region(target)).load
+        return admission_limit(load.live_workers, self.admission) - load.in_flight
+
+    def _move_abroad(self, job_id: str, target: str) -> int:
+        """Copy a claimed job into ``target``, then point the home record there."""
+        home = self.store(self.region)
+        try:
+            record = home.get(job_id)
+        except JobNotFound:
+            self.handoff.forward(job_id, self.region, target)  # drops the claim
+            return 0
+        image = home.input_image(job_id)
+        if record.status is not JobState.QUEUED or image is None:
+            self.handoff.forward(job_id, self.region, target)  # ended meanwhile: drop the claim
+            return 0
+        copy = record.model_copy(update={"region": target})
+        answer = self.store(target).admit(
+            copy,
+            image,
+            message=self.messages(target).for_job(job_id),
+            queue=self.topology.region(target).queue,
+            allowance=self.admission.allowance,
+        )
+        if answer.outcome == FULL:
+            self.handoff.give_back(job_id)
+            return 0
+        return self._finish_move(job_id, target)
+
+    def _finish_move(self, job_id: str, target: str) -> int:
+        forwarded, status = self.handoff.forward(job_id, self.region, target)
+        if forwarded:
+            metrics.BACKLOG_MOVES.labels(self.region, target).inc()
+            metrics.SPILLOVER.labels(self.region, target).inc()
+            log.info("backlog.spilled", job_id=job_id, region=self.region, target=target)
+            return 1
+        if status in {state.value for state in JobState if state.terminal}:
+            self._end_copy(job_id, target)  # canceled or expired at home while it moved
+        return 0
+
+    def _end_copy(self, job_id: str, target: str) -> None:
+        home_record = self.store(self.region).get(job_id)
+
+        def same_end(record: JobRecord) -> None:
+            if not record.status.terminal and home_record.error is not None:
+                record.end(home_record.status, home_record.error.code, home_record.error.message)
+
+        with contextlib.suppress(JobNotFound, IllegalTransition):
+            self.store(target).update(job_id, same_end)
+
+    def recover_claims(self) -> None:
+        """Finish or give back spills a scheduler left half-done (it died or stalled)."""
+        cutoff = time.time() - self.settings.claim_timeout_s
+        for claim in self.handoff.claims().values():
+            if claim.at > cutoff:
+                continue
+            try:
+                self.store(claim.target).get(claim.job_id)
+            except JobNotFound:
+                self.handoff.give_back(claim.job_id)
+            else:
+                self._finish_move(claim.job_id, claim.target)
+
+    def messages(self, region: str) -> AnimateMessages:
+        if region not in self._messages:
+            self._messages[region] = AnimateMessages(self.topology.region(region))
+        return self._messages[region]
+
+    def _expire(self, region: str, job_ids: list[str]) -> None:
+        """End backlog jobs found past their start deadline ``expired``, without a GPU."""
+        now = time.time()
+        for job_id in job_ids:
+            try:
+                self.store(region).update(job_id, lambda record: expire_if_overdue(record, now))
+            except (JobNotFound, IllegalTransition):
+                continue
+            log.info("backlog.expired", job_id=job_id, region=region)
+
+    def run(self, stop: threading.Event) -> None:
+        if self.settings.weights is not None:
+            self.handoff.backlog.set_weights(self.settings.weights)
+        while not stop.is_set():
+            try:
+                moved, left = self.pump()
+            except Exception as error:  # a Redis blip: keep the process, try again next pass
+                log.warning("scheduler.pass_failed", region=self.region, error=str(error))
+                moved, left = 0, 0
+            if not (moved and left):  # moved some and more wait: go again at once
+                stop.wait(self.settings.poll_s)
+        self.handoff.release_lease(self.owner)
+
+
+def run_scheduler(
+    topology: Topology,
+    regions: list[str],
+    settings: SchedulerSettings | None = None,
+    stop: threading.Event | None = None,
+) -> None:
+    """Schedule ``regions`` (one thread each) until ``stop`` is set (or forever)."""
+    settings = settings or SchedulerSettings.from_env()
+    admission = admission_settings_from_env()
+    if port := port_from_env("ANIMFLEET_SCHEDULER_METRICS_PORT"):
+        serve(port)
+    stop = stop or threading.Event()
+    threads = []
+    for region in regions:
+        scheduler = RegionScheduler(topology, region, settings, admission)
+        routing = RoutingCache(scheduler.store(region).redis, topology.names)
+        routing.start()
+        scheduler.routing = routing
+        thread = threading.Thread(target=scheduler.run, args=(stop,), name=f"scheduler-{region}")
+        thread.start()
+        threads.append((thread, routing))
+    log.info("scheduler.started", regions=regions, poll_s=settings.poll_s)
+    for thread, routing in threads:
+        thread.join()
+        routing.stop()

@@ -1,0 +1,190 @@
+"""The backlog scripts against a real Redis: admission, fair share, skips, caps and spills."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from animfleet.jobs import JobParams, JobRecord, JobState
+from animfleet.region.backlog import BACKLOGGED, CAPPED, Backlog, BacklogCaps
+from animfleet.region.handoff import Handoff
+from animfleet.region.jobstore import ADMITTED, FULL, JobStore
+from animfleet.region.workers import WorkerRegistry
+from animfleet.topology import Region, Topology
+from dispatcher.admission import AdmissionSettings
+from dispatcher.enqueue import RegionQueue
+from dispatcher.routing import RoutingTable
+from dispatcher.scheduler import RegionScheduler, SchedulerSettings
+from tools.localfleet import LocalFleet
+
+PARAMS = JobParams(prompt="sway", frames=4, fps=8, width=32, height=32, seed=1)
+DBS = {"b1": 13, "b2": 14}
+
+
+@pytest.fixture
+def dbs(servers: LocalFleet) -> Iterator[dict[str, redis.Redis]]:
+    clients = {name: redis.Redis(port=servers.redis_port, db=db) for name, db in DBS.items()}
+    for client in clients.values():
+        client.flushdb()
+    yield clients
+    for client in clients.values():
+        client.flushdb()
+
+
+def region(servers: LocalFleet, name: str) -> Region:
+    return Region(name=name, broker_url=f"redis://127.0.0.1:{servers.redis_port}/{DBS[name]}")
+
+
+def queue(servers: LocalFleet, client: redis.Redis, name: str = "b1") -> RegionQueue:
+    return RegionQueue(region(servers, name), JobStore(client), 0.0, BacklogCaps(3, 5))
+
+
+def record(job_id: str, tenant: str = "t", priority: int = 5, **more: float) -> JobRecord:
+    return JobRecord(
+        id=job_id, region="b1", home_region="b1", params=PARAMS, tenant=tenant,
+        priority=priority, **more,
+    )  # fmt: skip
+
+
+def gpus(client: redis.Redis, count: int, name: str = "b1") -> None:
+    for index in range(count):
+        WorkerRegistry(client, name).beat(f"gpu{index}", {}, ttl_s=60, busy=False)
+
+
+def test_direct_while_a_gpu_is_free_then_backlog_then_caps(
+    servers: LocalFleet, dbs: dict[str, redis.Redis]
+) -> None:
+    client = dbs["b1"]
+    q = queue(servers, client)
+    assert q.admit(record("b1.x"), b"img").outcome == FULL  # no GPU, no backlog asked: nothing
+    gpus(client, 1)
+    assert q.admit(record("b1.a"), b"img", backlog=True).outcome == ADMITTED
+    assert client.llen("animate.b1") == 1
+    assert q.admit(record("b1.b"), b"img", backlog=True).outcome == BACKLOGGED
+    assert client.llen("animate.b1") == 1 and q.backlog.depth() == 1
+    assert client.get("animfleet:job:b1.b") and client.get("animfleet:input:b1.b") == b"img"
+    for index in range(2):
+        assert q.admit(record(f"b1.c{index}"), b"i", backlog=True).outcome == BACKLOGGED
+    tenant_full = q.admit(record("b1.d"), b"img", backlog=True)  # tenant cap 3
+    assert (tenant_full.outcome, tenant_full.cap) == (CAPPED, "tenant")
+    assert not client.exists("animfleet:job:b1.d")
+    for index in range(2):
+        q.admit(record(f"b1.e{index}", tenant="u"), b"i", backlog=True)
+    region_full = q.admit(record("b1.f", tenant="v"), b"img", backlog=True)  # region cap 5
+    assert (region_full.outcome, region_full.cap) == (CAPPED, "region")
+
+
+def test_moves_home_by_weighted_round_robin_then_priority_then_fifo(
+    servers: LocalFleet, dbs: dict[str, redis.Redis]
+) -> None:
+    client = dbs["b1"]
+    q = RegionQueue(region(servers, "b1"), JobStore(client), 0.0)
+    now = time.time()
+    for index in range(6):
+        q.admit(record(f"b1.a{index}", "a", created_at=now + index), b"i", backlog=True)
+    for index in range(3):
+        q.admit(record(f"b1.b{index}", "b", created_at=now + index), b"i", backlog=True)
+    q.admit(record("b1.urgent", "b", priority=9, created_at=now + 9), b"i", backlog=True)
+    q.backlog.set_weights({"a": 2})
+    handoff = Handoff(client, "b1", "animate.b1", 0.0)
+    assert handoff.move_home().jobs == []  # no GPU: nothing moves
+    gpus(client, 10)
+    taken = handoff.move_home()
+    assert taken.jobs == [
+        "b1.a0", "b1.a1", "b1.urgent", "b1.a2", "b1.a3", "b1.b0", "b1.a4", "b1.a5", "b1.b1",
+        "b1.b2",
+    ]  # fmt: skip
+    assert client.llen("animate.b1") == 10 and client.zcard("animfleet:queued:b1") == 10
+    assert taken.remaining == 0 and q.backlog.depth() == 0
+
+
+def test_canceled_and_overdue_jobs_never_reach_the_gpu_queue(
+    servers: LocalFleet, dbs: dict[str, redis.Redis]
+) -> None:
+    client = dbs["b1"]
+    q, store = RegionQueue(region(servers, "b1"), JobStore(client), 0.0), JobStore(client)
+    q.admit(record("b1.gone"), b"i", backlog=True)
+    q.admit(record("b1.late", start_deadline=time.time() + 0.05), b"i", backlog=True)
+    q.admit(record("b1.ok"), b"i", backlog=True)
+    store.update("b1.gone", lambda r: r.end(JobState.CANCELED, "canceled", "by test"))
+    time.sleep(0.1)
+    gpus(client, 3)
+    taken = Handoff(client, "b1", "animate.b1", 0.0).move_home()
+    assert (taken.jobs, taken.skipped, taken.overdue) == (["b1.ok"], ["b1.gone"], ["b1.late"])
+    assert client.llen("animate.b1") == 1
+
+
+def test_positions_follow_the_fair_share(servers: LocalFleet, dbs: dict[str, redis.Redis]) -> None:
+    client = dbs["b1"]
+    q = RegionQueue(region(servers, "b1"), JobStore(client), 0.0)
+    now = time.time()
+    for index in range(100):
+        q.admit(record(f"b1.a{index}", "a", created_at=now + index), b"i", backlog=True)
+    for index in range(3):
+        q.admit(record(f"b1.b{index}", "b", created_at=now + 200 + index), b"i", backlog=True)
+    backlog = Backlog(client, "b1")
+    assert backlog.jobs_ahead("b1.b0", "b") == 1  # one of a's, then b's first
+    assert backlog.jobs_ahead("b1.b2", "b") == 5
+    assert backlog.jobs_ahead("b1.a10", "a") == 13  # a's ten, and all three of b's
+    assert backlog.jobs_ahead("b1.nope", "a") is None
+
+
+def test_two_schedulers_one_lease(servers: LocalFleet, dbs: dict[str, redis.Redis]) -> None:
+    handoff = Handoff(dbs["b1"], "b1", "animate.b1", 0.0)
+    assert handoff.hold_lease("one", 5.0) and handoff.hold_lease("one", 5.0)
+    assert not handoff.hold_lease("two", 5.0)
+    handoff.release_lease("one")
+    assert handoff.hold_lease("two", 5.0)
+
+
+def test_a_full_region_spills_its_backlog_to_a_neighbour_with_room(
+    servers: LocalFleet, dbs: dict[str, redis.Redis], tmp_path: object
+) -> None:
+    topology = Topology.from_mapping(
+        {
+            "regions": {
+                name: {
+                    "broker_url": region(servers, name).broker_url,
+                    "latency_ms": {other: 20 for other in DBS if other != name},
+                    "storage": {"backend": "local", "root": "/tmp/unused"},
+                }
+                for name in DBS
+            }
+        }
+    )
+    q = RegionQueue(topology.region("b1"), JobStore(dbs["b1"]), 0.0)
+    for index in range(3):
+        q.admit(record(f"b1.s{index}"), b"img", backlog=True)
+    gpus(dbs["b2"], 2, "b2")
+    scheduler = RegionScheduler(
+        topology, "b1", SchedulerSettings(), AdmissionSettings(allowance=0.0)
+    )
+
+    class Table:
+        def snapshot(self) -> object:
+            return type("S", (), {"table": RoutingTable({"b1": {"b1": 1.0}}, {"b1": ["b2"]})})
+
+    scheduler.routing = Table()  # type: ignore[assignment]
+    moved, left = scheduler.pump()
+    assert (moved, left) == (2, 1)
+    assert dbs["b2"].llen("animate.b2") == 2
+    home, there = JobStore(dbs["b1"]).get("b1.s0"), JobStore(dbs["b2"]).get("b1.s0")
+    assert home.region == "b2" and there.region == "b2" and there.status is JobState.QUEUED
+    assert JobStore(dbs["b2"]).input_image("b1.s0") == b"img"
+    assert not dbs["b1"].exists("animfleet:input:b1.s0")  # the input moved with the job
+    assert not dbs["b1"].zscore("animfleet:holding:b1", "b1.s0")
+    assert dbs["b2"].zscore("animfleet:holding:b1", "b1.s0")  # still the home's demand
+    assert Handoff(dbs["b1"], "b1", "animate.b1", 0.0).claims() == {}
+
+
+def test_an_abandoned_spill_is_given_back(servers: LocalFleet, dbs: dict[str, redis.Redis]) -> None:
+    q = RegionQueue(region(servers, "b1"), JobStore(dbs["b1"]), 0.0)
+    q.admit(record("b1.z"), b"img", backlog=True)
+    handoff = Handoff(dbs["b1"], "b1", "animate.b1", 0.0)
+    assert handoff.claim("b2", 5).jobs == ["b1.z"] and q.backlog.depth() == 0
+    assert handoff.give_back("b1.z") and q.backlog.depth() == 1
+    gpus(dbs["b1"], 1)
+    assert handoff.move_home().jobs == ["b1.z"]
