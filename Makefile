@@ -4,8 +4,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv lock demo test test-unit test-e2e test-faults loadtest lint typecheck clean bench \
-	bench-model bench-overhead bench-gateway bench-dispatch simulate bench-scale
+.PHONY: venv lock browser test-sdk demo test test-unit test-e2e test-faults loadtest lint typecheck clean bench \
+	bench-model bench-overhead bench-gateway bench-dispatch simulate bench-scale \
+	tune-model compile-model bench-boot eval-served
 
 TORCH := torch==2.13.0
 LOCK := requirements.lock
@@ -46,8 +47,23 @@ lock:
 demo: venv
 	$(PY) -m tools.cli demo
 
-test: venv
+test: venv browser
 	$(PY) -m pytest
+
+# The playground's browser test drives Debian's Chromium and its driver: installed once, as
+# root, when missing (elsewhere the test skips and says why).
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	  { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
+	    apt-get install -y -qq chromium chromium-driver >/dev/null; } || \
+	  echo "Chromium could not be installed: the playground's browser test will skip"
+
+# The HTTP SDK from a venv with only the base install (no torch, no Redis): 50 jobs through
+# submit_many against a local fleet, each MP4 checked with PyAV.
+test-sdk: venv
+	rm -rf .venv-sdk && $(PYTHON) -m venv .venv-sdk && .venv-sdk/bin/pip install -q .
+	ANIMFLEET_SDK_PYTHON=$(CURDIR)/.venv-sdk/bin/python $(PY) -m pytest -q \
+		tests/e2e/test_sdk_base_install.py
 
 test-unit: venv
 	$(PY) -m pytest --ignore=tests/e2e
@@ -94,10 +110,28 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy
 
-# Each model optimization against the plain pipeline on this CPU (minutes; the compile row's
-# first run compiles for a few minutes more, later runs hit inductor's cache).
+# The shipped teacher and student from the plain pipeline to what the worker serves (profile +
+# AOT artifact), interleaved in one run, one thread per row, PSNR vs fp32 eager on every row;
+# then an SVD-style random model (minutes; compile rows hit inductor's cache on later runs).
 bench-model: venv
 	$(PY) -m benchmarks.bench_model
+
+# The served student's serving profile (serving_profile.json) and AOT packages for this device.
+SERVED_MODEL ?= animfleet-small-distilled
+SERVED_BUCKETS ?= 8x64x64,8x32x32
+tune-model: venv
+	$(PY) -m tools.cli model tune --model $(SERVED_MODEL) --buckets 8x64x64
+
+compile-model: venv
+	$(PY) -m tools.cli model compile --model $(SERVED_MODEL) --buckets $(SERVED_BUCKETS)
+
+# Worker boot to first job: AOT artifact vs torch.compile at boot (cold cache) vs eager.
+bench-boot: venv
+	$(PY) -m benchmarks.boot_bench --model $(SERVED_MODEL)
+
+# Motion accuracy of the served configuration vs the fp32 eager model on held-out clips.
+eval-served: venv
+	$(PY) -m tools.serving.evaluate --model $(SERVED_MODEL)
 
 # The shipped model (models/animfleet-small): train in resumable stretches (state in run/train/small;
 # re-running continues), export the EMA weights, evaluate on the held-out clips. The malloc

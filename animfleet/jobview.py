@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import heapq
 import time
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from pydantic import BaseModel
@@ -59,12 +61,23 @@ class JobView(BaseModel):
 
 
 def estimate_start(
-    position: int, mean_run_s: float | None, live_workers: int, now: float
+    position: int,
+    mean_run_s: float | None,
+    live_workers: int,
+    now: float,
+    running_left_s: Sequence[float] = (),
 ) -> float | None:
-    """When a job ``position`` places from the front should start: position x mean ÷ workers."""
+    """When a job ``position`` places from the front should start. Each GPU frees up when its
+    running job ends (``running_left_s``: seconds left of each; idle GPUs are free now), then
+    each job ahead takes the first GPU free for ``mean_run_s``."""
     if mean_run_s is None or live_workers <= 0:
         return None
-    return now + position * mean_run_s / live_workers
+    free_at = sorted(max(0.0, left) for left in running_left_s)[:live_workers]
+    free_at += [0.0] * (live_workers - len(free_at))
+    heapq.heapify(free_at)
+    for _ in range(position):
+        heapq.heappush(free_at, heapq.heappop(free_at) + mean_run_s)
+    return now + free_at[0]
 
 
 def job_view(

@@ -2,28 +2,29 @@
 
 from __future__ import annotations
 
-import hashlib
+import math
 import re
 import secrets
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 import structlog
 
-from animfleet.errors import TransientError
+from animfleet.errors import AnimfleetError, TransientError
 from animfleet.jobs import (
-    WEBHOOK_EVENTS,
     IllegalTransition,
-    JobParams,
     JobRecord,
     JobState,
     new_job_id,
     region_of,
 )
-from animfleet.jobview import estimate_start
 from animfleet.netguard import BlockedURL, NetGuard
+from animfleet.region.archive import RecordArchive
+from animfleet.region.backlog import BACKLOGGED, CAPPED, Backlog, BacklogCaps
+from animfleet.region.eta import queue_eta
 from animfleet.region.jobstore import (
     ADMITTED,
     EXISTS,
@@ -35,8 +36,8 @@ from animfleet.region.jobstore import (
 from animfleet.region.outbox import WebhookDelivery, replay_last
 from animfleet.region.status import RegionStatus, read_region_status
 from animfleet.topology import Region, Topology
-from dispatcher import metrics
-from dispatcher.admission import AdmissionSettings, AtCapacity
+from dispatcher import batch, metrics, records
+from dispatcher.admission import AdmissionSettings, AtCapacity, BacklogFull
 from dispatcher.enqueue import RegionQueue
 from dispatcher.errors import DispatcherError
 from dispatcher.inputs import AnimationRequest, InvalidInput, check_image, parse_request
@@ -76,11 +77,20 @@ class JobHandle:
 class _RegionLink:
     """A dispatcher's connections to one region: its job store and its atomic enqueue."""
 
-    def __init__(self, region: Region, allowance: float) -> None:
+    def __init__(self, region: Region, admission: AdmissionSettings) -> None:
         self.region = region
         # A caller waits on this: a short retry rides out a blip, then the caller hears of it.
         self.store = JobStore.from_url(region.broker_url, retry_s=2.0)
-        self.queue = RegionQueue(region, self.store, allowance)
+        caps = BacklogCaps(admission.backlog_tenant_cap, admission.backlog_region_cap)
+        self.queue = RegionQueue(region, self.store, admission.allowance, caps)
+
+
+class _Moved(Exception):
+    """The record was moved to another region between reading and changing it."""
+
+    def __init__(self, region: str) -> None:
+        super().__init__(region)
+        self.region = region
 
 
 class _Repeat(Exception):
@@ -120,7 +130,7 @@ class Client:
 
     def _link(self, region: str) -> _RegionLink:
         if region not in self._links:
-            link = _RegionLink(self.topology.region(region), self.admission.allowance)
+            link = _RegionLink(self.topology.region(region), self.admission)
             self._links[region] = link
         return self._links[region]
 
@@ -143,7 +153,9 @@ class Client:
 
         ``options`` are the optional fields of :class:`dispatcher.inputs.AnimationRequest`
         (frames, fps, width, height, seed, steps, variant, webhook_events_filter,
-        start_deadline and deadline in seconds from now, metadata).
+        start_deadline and deadline in seconds from now, metadata, tenant, priority).
+        A job no region can start now waits in its home region's backlog (status ``queued``);
+        :class:`dispatcher.admission.BacklogFull` when a backlog cap is reached.
         ``idempotency_key``: the same key with the same request returns the job created first
         (``handle.created`` is False); with a different request it raises
         :class:`animfleet.region.jobstore.IdempotencyConflict`. ``job_id``: a client-chosen id
@@ -166,7 +178,7 @@ class Client:
             raise InvalidInput("Idempotency-Key", f"must be 1-{MAX_KEY_CHARS} characters")
         home = home_region or self.topology.names[0]
         self.topology.region(home)
-        fingerprint = _fingerprint(image, request, home)
+        fingerprint = records.fingerprint(image, request, home)
         outcome: list[JobHandle] = []
         waiting: list[str] = []  # this job's entry in its home's waiting set, once it waits
 
@@ -178,7 +190,10 @@ class Client:
 
         def on_full() -> None:
             # A job waiting for room is demand the router must see to spill traffic. The entry
-            # expires by itself should this dispatcher die while the job waits.
+            # expires by itself should this dispatcher die while the job waits. (A backlog job
+            # counts in its home's holding set instead.)
+            if self.admission.backlog:
+                return
             metrics.ADMISSION_WAITS.labels(home).inc()
             if not waiting:
                 waiting.append(secrets.token_hex(8))
@@ -186,16 +201,29 @@ class Client:
                 self._link(home).store.hold_waiting(home, waiting[0], lapse)
 
         try:
-            self.placement.place(home, try_admit, on_full)
+            if self.placement.place(home, try_admit, on_full) is None:
+                backlog = self._admit(
+                    home, home, request, image, job_id, idempotency_key, fingerprint, True
+                )
+                assert backlog is not None  # FULL is never the answer of a backlog admission
+                return backlog
         except _Repeat as repeat:
             return repeat.handle
-        except AtCapacity:
+        except (AtCapacity, BacklogFull):
             metrics.REJECTED.labels(home).inc()
             raise
         finally:
             if waiting:
                 self._link(home).store.release_waiting(home, waiting[0])
         return outcome[0]
+
+    def submit_many(
+        self, items: Sequence[Mapping[str, Any]], home_region: str | None = None
+    ) -> list[JobHandle | AnimfleetError]:
+        """Submit up to 500 jobs, each a dict of :meth:`submit`'s arguments (``image`` and
+        ``prompt`` included); per item its handle or its own error (see
+        :func:`dispatcher.batch.submit_many`)."""
+        return batch.submit_many(self, items, home_region)
 
     def _admit(
         self,
@@ -206,11 +234,13 @@ class Client:
         job_id: str | None,
         idempotency_key: str | None,
         fingerprint: str,
+        backlog: bool = False,
     ) -> JobHandle | None:
-        """Bind the idempotency keys, then try to take the job into ``target`` atomically.
+        """Bind the idempotency keys, then try to take the job into ``target`` atomically
+        (with ``backlog``, into its backlog when no GPU is free).
 
         Returns ``None`` (keys released) when ``target`` is full; raises :class:`_Repeat`
-        when a key names a job created before.
+        when a key names a job created before, :class:`BacklogFull` when a cap is reached.
         """
         new_id = job_id or new_job_id(target)
         keys = [f"id:{job_id}"] if job_id else []
@@ -229,11 +259,15 @@ class Client:
                     raise _Repeat(JobHandle(earlier[0], earlier[1], self, created=False))
                 claimed.append(key)
         try:
-            record = self._record(new_id, target, home, request)
+            record = records.new_record(
+                new_id, target, home, request, self.admission.default_start_deadline_s
+            )
             slots = [JobStore.idempotency_slot(key) for key in keys] if bind_in_script else []
             entry = JobStore.idempotency_entry(new_id, target, fingerprint)
             try:
-                answer = self._link(target).queue.admit(record, bytes(image), slots, entry)
+                answer = self._link(target).queue.admit(
+                    record, bytes(image), slots, entry, backlog=backlog
+                )
             except redis.RedisError as error:
                 raise EnqueueFailed(
                     f"region {target}: could not enqueue job {new_id}: {error}"
@@ -244,43 +278,29 @@ class Client:
                 raise _Repeat(JobHandle(job, region, self, created=False))
             if answer.outcome == EXISTS:
                 raise EnqueueFailed(f"region {target}: job id {new_id} exists already")
+            if answer.outcome == CAPPED:
+                raise self._backlog_full(target, answer.cap, answer.live_workers)
         except BaseException:
             for key in claimed:  # nothing was queued: the caller may retry with the same key
                 home_store.release_idempotency_key(key)
             raise
-        if answer.outcome != ADMITTED:
+        if answer.outcome not in (ADMITTED, BACKLOGGED):
             for key in claimed:
                 home_store.release_idempotency_key(key)
             log.debug("job.region_full", region=target, live=answer.live_workers, held=answer.held)
             return None
-        log.info("job.submitted", job_id=new_id, region=target, home_region=home)
-        metrics.admitted(home, target)
+        waited = answer.outcome == BACKLOGGED
+        log.info("job.submitted", job_id=new_id, region=target, home_region=home, backlog=waited)
+        metrics.admitted(home, target, backlog=waited)
         return JobHandle(id=new_id, region=target, client=self)
 
-    @staticmethod
-    def _record(job_id: str, target: str, home: str, request: AnimationRequest) -> JobRecord:
-        now = time.time()
-        return JobRecord(
-            id=job_id,
-            created_at=now,
-            region=target,
-            home_region=home,
-            params=JobParams(
-                prompt=request.prompt,
-                frames=request.frames,
-                fps=request.fps,
-                width=request.width,
-                height=request.height,
-                seed=request.seed if request.seed is not None else secrets.randbelow(2**32),
-                steps=request.steps,
-                variant=request.variant,
-            ),
-            webhook_url=request.webhook_url,
-            webhook_events=list(request.webhook_events_filter or WEBHOOK_EVENTS),
-            start_deadline=now + request.start_deadline if request.start_deadline else None,
-            deadline=now + request.deadline if request.deadline else None,
-            metadata=request.metadata,
-        )
+    def _backlog_full(self, region: str, cap: str, live: int) -> BacklogFull:
+        """Retry-After: the time the region's GPUs take to free 1 % of the cap (1-300 s)."""
+        limit = self.admission.backlog_tenant_cap if cap == "tenant" else None
+        limit = self.admission.backlog_region_cap if cap == "region" else limit
+        mean = self._link(region).store.mean_run_time(region) or 5.0
+        seconds = mean * max(1.0, 0.01 * (limit or 0)) / max(live, 1)
+        return BacklogFull(region, cap, limit, float(min(300, max(1, math.ceil(seconds)))))
 
     def locate(self, job_id: str) -> str:
         """The region holding ``job_id``'s record; raises :class:`JobNotFound`."""
@@ -304,14 +324,45 @@ class Client:
         """The job store of ``region`` (records, queue positions, recent run times)."""
         return self._link(region).store
 
+    def _current(self, job_id: str) -> tuple[JobStore, JobRecord]:
+        """The store holding ``job_id`` now and its record there. A job the scheduler moved
+        from its home backlog to another region leaves a pointer (its ``region``) behind."""
+        region = self.locate(job_id)
+        store = self._link(region).store
+        record = store.get(job_id)
+        if record.region != region and record.region in self.topology.regions:
+            store = self._link(record.region).store
+            record = store.get(job_id)
+        return store, record
+
+    def _archived(self, job_id: str) -> JobRecord | None:
+        """A finished record the sweeper moved from Redis to its region's bucket, if any."""
+        try:
+            from storage import open_store  # the web extra: a base install reads Redis only
+        except ImportError:
+            return None
+        region = self.locate(job_id)
+        for _ in range(2):  # the home region's copy may point at the region that ran it
+            storage = self.topology.region(region).storage
+            record = RecordArchive(open_store(storage), storage.prefix).get(job_id)
+            if record is None or record.region == region:
+                return record
+            region = record.region
+        return record
+
     def get(self, job_id: str) -> JobRecord:
         """The current record of ``job_id``; raises :class:`animfleet.region.jobstore.JobNotFound`.
 
         A queued job found past its start deadline is expired on the spot, so readers never
         see it queued even if no maintenance process ran yet.
         """
-        store = self._link(self.locate(job_id)).store
-        record = store.get(job_id)
+        try:
+            store, record = self._current(job_id)
+        except JobNotFound:
+            archived = self._archived(job_id)
+            if archived is None:
+                raise
+            return archived
         now = time.time()
         if record.start_overdue(now):
             try:
@@ -325,25 +376,31 @@ class Client:
 
         Returns the resulting record; a job that is terminal already is returned unchanged.
         """
-        store = self._link(self.locate(job_id)).store
+        store, record = self._current(job_id)
+        holder = record.region
 
         def change(record: JobRecord) -> None:
+            if record.region != holder:  # moved to another region meanwhile
+                raise _Moved(record.region)
             if not record.status.terminal:
                 record.end(JobState.CANCELED, "canceled", "canceled by request")
 
-        record = store.update(job_id, change)
+        try:
+            record = store.update(job_id, change)
+        except _Moved as moved:
+            holder = moved.region
+            record = self._link(holder).store.update(job_id, change)
+        if record.status is JobState.CANCELED:  # out of the backlog now, not when popped
+            Backlog(self._link(holder).store.redis, holder).remove(job_id, record.tenant)
         log.info("job.cancel", job_id=job_id, status=record.status.value)
         return record
 
     def queue_estimate(self, record: JobRecord) -> tuple[int | None, float | None]:
         """(queue position, estimated start) of a queued job; ``(None, None)`` otherwise."""
-        store = self._link(record.region).store
-        position = store.queue_position(record)
-        if position is None:
+        if record.status is not JobState.QUEUED:
             return None, None
         live = self.region_status(record.region).load.live_workers
-        mean = store.mean_run_time(record.region)
-        return position, estimate_start(position, mean, live, time.time())
+        return queue_eta(self._link(record.region).store, record, live)
 
     def region_status(self, region: str) -> RegionStatus:
         """Live and busy GPUs, queue depth and the oldest wait of ``region``, read now."""
@@ -357,9 +414,8 @@ class Client:
     def replay_webhook(self, job_id: str) -> WebhookDelivery | None:
         """Send ``job_id``'s most recent webhook event again, now, with the same ``webhook-id``;
         ``None`` if the job never produced one. Raises :class:`JobNotFound`."""
-        region = self.locate(job_id)
-        self.get(job_id)
-        return replay_last(self._link(region).store.redis, job_id)
+        record = self.get(job_id)
+        return replay_last(self._link(record.region).store.redis, job_id)
 
     def wait(self, job_id: str, timeout: float = 300.0) -> JobRecord:
         """Block until ``job_id`` is terminal; raises :class:`WaitTimeout` after ``timeout`` s."""
@@ -374,11 +430,3 @@ class Client:
                 raise WaitTimeout(f"job {job_id} still {record.status.value} after {timeout}s")
             time.sleep(min(pause, remaining))
             pause = min(pause * 1.5, 0.5)
-
-
-def _fingerprint(image: bytes, request: AnimationRequest, home: str) -> str:
-    """What makes two submissions "the same request" for idempotency."""
-    digest = hashlib.sha256(bytes(image))
-    digest.update(request.model_dump_json().encode())
-    digest.update(home.encode())
-    return digest.hexdigest()

@@ -7,35 +7,27 @@
 from __future__ import annotations
 
 import argparse
-import math
+import contextlib
 import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from animfleet.topology import Region, Topology
+    from dispatcher import Client
+
+from tools.cli_errors import (
+    EX_USAGE,
+    CliError,
+    problem,
+    user_error,
+)
 
 EXAMPLE_IMAGE = Path(__file__).with_name("assets") / "example.png"
-
-EX_USAGE = 2  # argparse's own code for a bad command line; also bad input
-EX_TEMPFAIL = 75  # sysexits.h: try again later (the fleet is at capacity)
-EX_CONFIG = 78  # sysexits.h: a configuration error (a bad ANIMFLEET_* variable)
-
-
-class CliError(Exception):
-    """A failure the user can act on: printed as one ``animfleet: error:`` line, no traceback."""
-
-    def __init__(self, message: str, code: int = 1) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def _one_line(error: BaseException) -> str:
-    return "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
 
 
 def _topology(args: argparse.Namespace) -> Topology:
@@ -49,17 +41,7 @@ def _topology(args: argparse.Namespace) -> Topology:
         raise CliError(f"cannot read fleet file {error.filename}: {error.strerror}") from None
     except ValueError as error:  # TOML syntax and pydantic validation errors are ValueErrors
         where = args.fleet or os.environ.get("ANIMFLEET_FLEET_FILE") or "(built-in)"
-        raise CliError(f"invalid fleet file {where}: {_problem(error)}", EX_USAGE) from None
-
-
-def _problem(error: ValueError) -> str:
-    """pydantic's first error as ``field: message``, else the message on one line."""
-    errors = getattr(error, "errors", None)
-    if callable(errors):
-        first = errors()[0]
-        field = ".".join(str(part) for part in first["loc"])
-        return f"{field}: {first['msg']}" if field else str(first["msg"])
-    return _one_line(error)
+        raise CliError(f"invalid fleet file {where}: {problem(error)}", EX_USAGE) from None
 
 
 def _region(topology: Topology, name: str) -> Region:
@@ -100,6 +82,7 @@ def cmd_router(args: argparse.Namespace) -> int:
                         live_workers=region.load.live_workers,
                         busy_workers=region.load.busy_workers,
                         oldest_queued_age_s=region.oldest_queued_age_s,
+                        backlog=region.backlog,
                     )
                     for name, region in status.items()
                 }
@@ -129,12 +112,37 @@ def cmd_webhooks(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_scheduler(args: argparse.Namespace) -> int:
+    topology = _topology(args)
+    regions = args.region or topology.names
+    for name in regions:
+        _region(topology, name)
+    from animfleet import logs
+    from dispatcher.scheduler import run_scheduler
+
+    logs.configure()
+    run_scheduler(topology, regions)
+    return 0
+
+
 def cmd_model_init(args: argparse.Namespace) -> int:
     from workers.model.build import init_model
 
     path = init_model(args.directory, seed=args.seed)
     print(f"wrote a random-weight pipeline to {path}")
     return 0
+
+
+def cmd_model_tune(args: argparse.Namespace) -> int:
+    from tools.serving.cli import run_tune
+
+    return run_tune(args)
+
+
+def cmd_model_compile(args: argparse.Namespace) -> int:
+    from tools.serving.cli import run_compile
+
+    return run_compile(args)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -165,10 +173,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         raise CliError(f"image not found: {args.image}", EX_USAGE) from None
     except OSError as error:
         raise CliError(f"cannot read image {args.image}: {error.strerror}", EX_USAGE) from None
-    from dispatcher import Client
-
-    client = Client(topology)
-    try:
+    with _client(topology) as client:
         job = client.submit(
             image,
             args.prompt,
@@ -181,32 +186,30 @@ def cmd_submit(args: argparse.Namespace) -> int:
         print(job.id, flush=True)
         if args.wait:
             print(client.wait(job.id, args.wait).model_dump_json(indent=2))
-    finally:
-        client.close()
     return 0
 
 
-def cmd_get(args: argparse.Namespace) -> int:
-    topology = _topology(args)
+@contextlib.contextmanager
+def _client(topology: Topology) -> Iterator[Client]:
+    """A dispatcher client for one command, its routing refresh stopped afterwards."""
     from dispatcher import Client
 
     client = Client(topology)
     try:
-        print(client.get(args.job_id).model_dump_json(indent=2))
+        yield client
     finally:
         client.close()
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    with _client(_topology(args)) as client:
+        print(client.get(args.job_id).model_dump_json(indent=2))
     return 0
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    topology = _topology(args)
-    from dispatcher import Client
-
-    client = Client(topology)
-    try:
+    with _client(_topology(args)) as client:
         record = client.cancel(args.job_id)
-    finally:
-        client.close()
     # A job that had finished already keeps its status: print what it is now, not "canceled".
     print(record.status.value)
     return 0
@@ -293,6 +296,8 @@ class _VersionAction(argparse.Action):
 def build_parser() -> argparse.ArgumentParser:
     # Only argument definitions here and in the add_*_arguments/add_commands helpers: building
     # the parser runs on every command, --help included.
+    from tools.keys import add_keys_commands
+    from tools.serving.cli import add_compile_arguments, add_tune_arguments
     from tools.sim.cli import add_commands as add_simulation_commands
     from tools.training.cli import add_distill_arguments, add_eval_arguments, add_train_arguments
 
@@ -330,6 +335,14 @@ def build_parser() -> argparse.ArgumentParser:
     hooks.add_argument("--name", help="Celery node name (default: webhooks-<region>-<pid>@<host>)")
     hooks.set_defaults(func=cmd_webhooks)
 
+    scheduler = sub.add_parser(
+        "scheduler", help="move backlog jobs onto GPU queues as GPUs free up (CPU)"
+    )
+    scheduler.add_argument(
+        "--region", action="append", help="a region whose backlog it moves (repeat; default: all)"
+    )
+    scheduler.set_defaults(func=cmd_scheduler)
+
     model = sub.add_parser("model", help="model files").add_subparsers(
         dest="action", required=True, metavar="ACTION"
     )
@@ -337,6 +350,14 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("directory", help="where to write it")
     init.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     init.set_defaults(func=cmd_model_init)
+    tune = model.add_parser(
+        "tune", help="measure serving configurations; write the fastest correct as the profile"
+    )
+    add_tune_arguments(tune)
+    tune.set_defaults(func=cmd_model_tune)
+    aot = model.add_parser("compile", help="build ahead-of-time U-Net packages per shape bucket")
+    add_compile_arguments(aot)
+    aot.set_defaults(func=cmd_model_compile)
 
     train = sub.add_parser("train", help="train the small model (resumable; state in --run)")
     add_train_arguments(train)
@@ -396,46 +417,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=cmd_demo)
 
     add_simulation_commands(sub)  # simulate, plan
+    add_keys_commands(sub)  # keys create|list|revoke|rotate
     return parser
-
-
-def user_error(error: BaseException) -> tuple[str, int] | None:
-    """The one-line message and exit code of a failure the user can act on; None for anything
-    else, which keeps its traceback (a bug should not look like bad input)."""
-    if isinstance(error, CliError):
-        return str(error), error.code
-    package = type(error).__module__.partition(".")[0]
-    if package == "redis":
-        from redis.exceptions import ConnectionError as RedisConnectionError
-
-        if isinstance(error, RedisConnectionError):
-            return f"cannot reach a region's Redis: {_one_line(error)}", 1
-        return None
-    if package not in ("animfleet", "dispatcher"):
-        return None
-    # Only now: these modules load celery and redis, too slow for every command's start.
-    from animfleet.region.jobstore import JobNotFound
-    from animfleet.settings import SettingsError
-    from dispatcher.admission import AtCapacity
-    from dispatcher.client import EnqueueFailed, WaitTimeout
-    from dispatcher.inputs import InvalidInput
-
-    if isinstance(error, SettingsError):  # names each bad variable and its value
-        return " ".join(line.strip() for line in str(error).splitlines()), EX_CONFIG
-    if isinstance(error, AtCapacity):
-        retry_after = max(1, math.ceil(error.retry_after_s))  # what HTTP sends as Retry-After
-        return (
-            f"at capacity: no GPU free for jobs from region {error.source!r}; "
-            f"retry after {retry_after} s",
-            EX_TEMPFAIL,
-        )
-    if isinstance(error, InvalidInput):
-        return f"invalid input: {error.field}: {error.message}", EX_USAGE
-    if isinstance(error, JobNotFound):
-        return f"job not found: {error.args[0] if error.args else '?'}", 1
-    if isinstance(error, WaitTimeout | EnqueueFailed):
-        return _one_line(error), 1
-    return None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -82,12 +82,16 @@ class LocalFleet:
     animator: str | None = None  # "module:Class" served instead of the pipeline (a stand-in)
     worker_env: dict[str, str] = field(default_factory=dict)
     gateway: bool = False  # an HTTP gateway per region (``animfleet web``)
+    gateway_auth: bool = False  # its API keys (``animfleet keys create``); off: one tenant
     webhooks: bool = False  # a webhook sender per region (``animfleet webhooks``)
     service_env: dict[str, str] = field(default_factory=dict)  # for gateways and senders
     webhook_secrets: list[str] = field(default_factory=list)  # generated if empty
     gateway_ports: dict[str, int] = field(default_factory=dict)
     latency_ms: dict[str, dict[str, float]] = field(default_factory=dict)  # default: a line
     router_period_s: float | None = None  # run ``animfleet router`` with this period
+    # Run ``animfleet scheduler`` for every region (it moves backlogs onto GPU queues); by
+    # default whenever the fleet has workers, as a job in a backlog waits for it.
+    scheduler: bool | None = None
     # appendonly + appendfsync everysec, as production should run: a restart loses at most ~1 s.
     redis_persistence: bool = True
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -143,6 +147,8 @@ class LocalFleet:
         self.wait_for_workers({region: self.workers_per_region for region in self.regions})
         if self.router_period_s is not None:
             self.start_router(self.router_period_s)
+        if self.scheduler or (self.scheduler is None and self.workers_per_region):
+            self.start_scheduler()
         for region in self.regions:
             if self.gateway:
                 self.wait_for_gateway(region)
@@ -358,6 +364,12 @@ class LocalFleet:
         self._spawn("router", argv, env)
         return "router"
 
+    def start_scheduler(self, name: str = "scheduler") -> str:
+        """One scheduler process for every region (another ``name`` runs a second copy)."""
+        env = {"ANIMFLEET_FLEET_FILE": str(self.fleet_file), **self.service_env}
+        self._spawn(name, [sys.executable, "-m", "tools.cli", "scheduler"], env)
+        return name
+
     def heartbeats(self, region: str) -> list[dict[str, object]]:
         from animfleet.region.workers import live_workers
 
@@ -383,6 +395,7 @@ class LocalFleet:
         return {
             "ANIMFLEET_FLEET_FILE": str(self.fleet_file),
             "ANIMFLEET_WEBHOOK_SECRETS": ",".join(self.webhook_secrets),
+            "ANIMFLEET_GATEWAY_AUTH": "1" if self.gateway_auth else "0",
             **self.service_env,
         }
 

@@ -1,9 +1,10 @@
 """Job records in a region's Redis: created by the dispatcher, advanced by workers.
 
-A record is created only by the admission script (:meth:`JobStore.admit`), which checks the
-region's capacity, stores the record and its input and pushes its queue message in one atomic
-call, and is changed only by :meth:`JobStore.update`, which writes the change and the webhook
-events it causes (:mod:`animfleet.region.outbox`) in one transaction.
+A record is created by an atomic admission script, which stores the record and its input with
+its queue message (:meth:`JobStore.admit`, onto a GPU queue) or its backlog entry
+(:mod:`animfleet.region.backlog`) in one call. It is changed only by :meth:`JobStore.update`,
+which writes the change and the webhook events it causes (:mod:`animfleet.region.outbox`) in one
+transaction.
 """
 
 from __future__ import annotations

@@ -3,9 +3,10 @@
 Each name has one owner module in this package, which alone reads and writes it:
 :mod:`.jobstore` (records, inputs, queue order, deadlines, run times, idempotency, the holding and
 waiting sets), :mod:`.workers` (heartbeats), :mod:`.outbox` (webhook deliveries) and
-:mod:`.status` (read-only counts for the router) and :mod:`.sweeper` (its lease and the
-time a region lost its last worker). The routing table is written by the router
-and read by dispatchers (``dispatcher/routing``).
+:mod:`.status` (read-only counts for the router), :mod:`.sweeper` (its lease and the
+time a region lost its last worker) and :mod:`.backlog` with :mod:`.handoff` (the backlog; its
+admission script also creates records, and a move onto the GPU queue adds to the queued set).
+The routing table is written by the router and read by dispatchers (``dispatcher/routing``).
 """
 
 KEY_PREFIX = "animfleet:"
@@ -48,6 +49,16 @@ BACKLOG_DEFICIT = KEY_PREFIX + "backlog-deficit:"  # + region -> hash tenant -> 
 BACKLOG_WEIGHTS = KEY_PREFIX + "backlog-weights:"  # + region -> hash tenant -> share weight
 BACKLOG_MOVING = KEY_PREFIX + "backlog-moving:"  # + region -> hash job id -> JSON spill claim
 SCHEDULER_LEASE = KEY_PREFIX + "scheduler-lease:"  # + region -> the scheduler moving its jobs
+
+# Tenants (:mod:`.tenants`): API key records (hash, tenant, revocation), each tenant's keys,
+# limits and webhook signing secrets, the set of tenants; its request-rate bucket
+# (:mod:`.ratelimit`); its jobs by creation time for listing (:mod:`.listing`).
+API_KEY = KEY_PREFIX + "apikey:"  # + key id -> hash tenant, hash, created_at, name, revoked_at
+TENANT_KEYS = KEY_PREFIX + "tenant-keys:"  # + tenant -> set of its key ids
+TENANT_KEY = KEY_PREFIX + "tenant:"  # + tenant -> hash limits (JSON), webhook_secrets (JSON)
+TENANT_SET = KEY_PREFIX + "tenants"  # set of every tenant with a key, limits or secrets
+RATE_BUCKET = KEY_PREFIX + "rate:"  # + tenant -> hash tokens, at (a token bucket), expiring
+TENANT_JOBS = KEY_PREFIX + "tenant-jobs:"  # + tenant -> zset job id -> created at
 
 # A finished job's record is kept this long; its input bytes only until it is terminal.
 RECORD_TTL_S = 7 * 24 * 3600

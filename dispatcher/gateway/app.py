@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 import anyio.to_thread
 import uvicorn
 from fastapi import FastAPI, Request, Response
+from fastapi.middleware.cors import CORSMiddleware
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.middleware.base import RequestResponseEndpoint
 
@@ -15,10 +16,12 @@ from animfleet import logs
 from animfleet.topology import Topology
 from dispatcher import metrics
 from dispatcher.client import Client
-from dispatcher.gateway import errors
+from dispatcher.gateway import errors, events, listing, options, playground
+from dispatcher.gateway.bodylimit import BodyLimit
 from dispatcher.gateway.routes import router
 from dispatcher.gateway.runtime import Runtime
 from dispatcher.gateway.settings import GatewaySettings
+from dispatcher.tenancy import Tenancy
 
 
 def create_app(client: Client, settings: GatewaySettings) -> FastAPI:
@@ -38,8 +41,13 @@ def create_app(client: Client, settings: GatewaySettings) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.runtime = Runtime(client=client, settings=settings)
+    app.state.tenancy = Tenancy(client, settings.region)
     errors.install(app)
+    app.include_router(listing.router)  # GET /v1/jobs before the job routes' templates
     app.include_router(router)
+    app.include_router(events.router)
+    app.include_router(playground.router)
+    app.include_router(options.router)
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, str]:
@@ -58,6 +66,17 @@ def create_app(client: Client, settings: GatewaySettings) -> FastAPI:
         metrics.HTTP_RESPONSES.labels(request.method, template, response.status_code).inc()
         return response
 
+    # Outermost: a body past the cap is refused before any other layer reads it.
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.cors_origins),
+            allow_methods=["GET", "POST", "PUT", "OPTIONS"],
+            allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "Prefer"],
+            expose_headers=["Location", "Retry-After", "Idempotent-Replayed"],
+            max_age=600,
+        )
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     return app
 
 

@@ -14,6 +14,7 @@ from kombu.exceptions import OperationalError
 from starlette.exceptions import HTTPException
 
 from animfleet.region.jobstore import IdempotencyConflict, JobNotFound
+from dispatcher.admission import BacklogFull
 from dispatcher.client import EnqueueFailed
 from dispatcher.errors import DispatcherError
 from dispatcher.inputs import InvalidInput
@@ -55,14 +56,20 @@ def as_api_error(error: Exception) -> ApiError:
         return error
     if isinstance(error, InvalidInput):
         return ApiError(422, "invalid_input", f"{error.field}: {error.message}", error.field)
-    if isinstance(error, IdempotencyConflict):
-        return ApiError(409, "idempotency_conflict", str(error), "Idempotency-Key")
+    if isinstance(error, IdempotencyConflict):  # keys are per tenant: the job is the caller's
+        message = (
+            f"Idempotency-Key was already used for job {error.job_id} with a different request"
+            " body; use a new key for a new request"
+        )
+        return ApiError(409, "idempotency_conflict", message, "Idempotency-Key")
     if isinstance(error, FileExistsError):
         return ApiError(409, "conflict", str(error), "id")
     if isinstance(error, JobNotFound):
         return ApiError(404, "not_found", f"no job with id {error.args[0]!r}")
     if isinstance(error, EnqueueFailed):
         return ApiError(503, "enqueue_failed", str(error), retry_after_s=BROKER_RETRY_AFTER_S)
+    if isinstance(error, BacklogFull):
+        return ApiError(429, "backlog_full", str(error), retry_after_s=error.retry_after_s)
     retry_after = getattr(error, "retry_after_s", None)
     if isinstance(retry_after, int | float):  # dispatcher.admission.AtCapacity
         return ApiError(429, "at_capacity", str(error), retry_after_s=retry_after)
@@ -80,6 +87,11 @@ def as_api_error(error: Exception) -> ApiError:
 def _validation_error(_: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, RequestValidationError)
     first = error.errors()[0] if error.errors() else {"loc": (), "msg": "invalid request"}
+    if first.get("type") == "json_invalid":  # its location is a byte offset, not a field
+        context = first.get("ctx")
+        reason = context.get("error") if isinstance(context, dict) else None
+        message = f"body: not valid JSON ({reason or 'decode error'})"
+        return error_response(ApiError(400, "invalid_json", message, "body"))
     location = [str(part) for part in first.get("loc", ()) if part not in ("body",)]
     field = ".".join(
         location[1:] if location[:1] in (["header"], ["path"], ["query"]) else location
@@ -92,9 +104,10 @@ def _validation_error(_: Request, error: Exception) -> JSONResponse:
 
 def _http_error(_: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, HTTPException)
-    codes = {404: "not_found", 405: "method_not_allowed", 400: "bad_request"}
+    codes = {404: "not_found", 405: "method_not_allowed", 400: "bad_request", 413: "body_too_large"}
     code = codes.get(error.status_code, "http_error")
-    response = error_response(ApiError(error.status_code, code, str(error.detail)))
+    field = "body" if error.status_code in (400, 413) else None  # a body that cannot be parsed
+    response = error_response(ApiError(error.status_code, code, str(error.detail), field))
     for name, value in (error.headers or {}).items():
         response.headers[name] = value
     return response
@@ -113,6 +126,7 @@ EXPECTED: tuple[type[Exception], ...] = (
     FileExistsError,
     JobNotFound,
     EnqueueFailed,
+    BacklogFull,
     redis.RedisError,
     OperationalError,  # kombu: the broker connection for publishing
 )

@@ -4,22 +4,38 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request, Response
 
+from animfleet.errors import AnimfleetError
 from animfleet.jobs import JobRecord
 from animfleet.jobview import JobView, job_view
+from animfleet.region.jobstore import IdempotencyConflict
 from animfleet.region.status import RegionStatus
 from dispatcher.client import JobHandle, WaitTimeout
-from dispatcher.gateway.errors import ApiError
+from dispatcher.gateway import scoping
+from dispatcher.gateway.auth import Caller, CallerDep
+from dispatcher.gateway.errors import ApiError, as_api_error
 from dispatcher.gateway.images import resolve_image
 from dispatcher.gateway.runtime import Runtime
-from dispatcher.gateway.schemas import ErrorResponse, JobRequest, Regions, RegionView, Replayed
+from dispatcher.gateway.schemas import (
+    BatchRequest,
+    BatchResponse,
+    BatchResult,
+    ErrorBody,
+    ErrorResponse,
+    JobRequest,
+    Regions,
+    RegionView,
+    Replayed,
+)
 
 PREFER_WAIT = re.compile(r"(?:^|[,;\s])wait(?:=(\d{1,6}))?(?:$|[,;\s])")
+RETRY_AFTER = {"Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}}
 ERRORS: dict[int | str, dict[str, object]] = {
-    code: {"model": ErrorResponse} for code in (404, 409, 422, 429, 503)
+    code: {"model": ErrorResponse, **({"headers": RETRY_AFTER} if code in (429, 503) else {})}
+    for code in (400, 401, 404, 409, 413, 422, 429, 503)
 }
 
 router = APIRouter(prefix="/v1", responses=ERRORS)
@@ -27,6 +43,15 @@ PreferHeader = Annotated[
     str | None, Header(description="wait=N: answer when the job is terminal or after N <= 60 s")
 ]
 IdempotencyHeader = Annotated[str | None, Header(alias="Idempotency-Key", max_length=255)]
+_HEADERS = {
+    "Location": {"description": "/v1/jobs/{id}", "schema": {"type": "string"}},
+    "Idempotent-Replayed": {"description": "true: an earlier job", "schema": {"type": "string"}},
+}
+# 202 is the declared status; 200 when ``Prefer: wait`` saw the job finish.
+SUBMITTED: dict[int | str, dict[str, Any]] = {
+    200: {"model": JobView, "description": "finished within Prefer: wait", "headers": _HEADERS},
+    202: {"description": "accepted", "headers": _HEADERS},
+}
 
 
 def _runtime(request: Request) -> Runtime:
@@ -44,9 +69,13 @@ def _prefer_wait(prefer: str | None, runtime: Runtime) -> float | None:
     return min(seconds, runtime.settings.max_wait_s)
 
 
-def _waited(runtime: Runtime, job_id: str, wait_s: float | None, response: Response) -> JobRecord:
-    if wait_s is None:
-        return runtime.client.get(job_id)
+def _waited(
+    runtime: Runtime, record: JobRecord, wait_s: float | None, response: Response
+) -> JobRecord:
+    """``record`` (read and owned by the caller), or as it is once terminal or ``wait_s`` on."""
+    job_id = record.id
+    if wait_s is None or record.status.terminal:
+        return record
     response.headers["Preference-Applied"] = f"wait={wait_s:g}"
     try:
         return runtime.client.wait(job_id, timeout=wait_s)
@@ -71,84 +100,154 @@ def _region_view(name: str, status: RegionStatus) -> RegionView:
         live_workers=status.load.live_workers,
         busy_workers=status.load.busy_workers,
         queue_depth=status.load.queue_depth,
+        backlog=status.backlog,
+        scaling_signal=status.scaling_signal,
     )
 
 
 def _submit(
-    runtime: Runtime,
+    request: Request,
+    caller: Caller,
     body: JobRequest,
     response: Response,
     prefer: str | None,
     idempotency_key: str | None,
     job_id: str | None = None,
 ) -> JobView:
+    runtime = _runtime(request)
     client = runtime.client
+    options = scoping.submit_options(caller, body.options())
     image = resolve_image(body.image, client.netguard, runtime.objects(runtime.settings.region))
     handle: JobHandle = client.submit(
         image,
         body.prompt,
         home_region=runtime.settings.region,
-        idempotency_key=idempotency_key,
+        idempotency_key=scoping.scoped_key(caller, idempotency_key),
         job_id=job_id,
-        **body.options(),
+        **options,
     )
+    record = client.get(handle.id)
+    scoping.admitted(request, caller, record, handle.created)
     if not handle.created:
         response.headers["Idempotent-Replayed"] = "true"
     response.headers["Location"] = f"/v1/jobs/{handle.id}"
-    record = _waited(runtime, handle.id, _prefer_wait(prefer, runtime), response)
+    record = _waited(runtime, record, _prefer_wait(prefer, runtime), response)
     response.status_code = 200 if record.status.terminal else 202
     return _view(runtime, record)
 
 
-@router.post("/jobs", status_code=202, response_model=JobView)
+@router.post("/jobs", status_code=202, response_model=JobView, responses=SUBMITTED)
 def create_job(
     body: JobRequest,
     request: Request,
     response: Response,
+    caller: CallerDep,
     prefer: PreferHeader = None,
     idempotency_key: IdempotencyHeader = None,
 ) -> JobView:
     """Enqueue a job. The same ``Idempotency-Key`` with the same body returns the same job
     (header ``Idempotent-Replayed: true``); with another body, 409 ``idempotency_conflict``."""
-    return _submit(_runtime(request), body, response, prefer, idempotency_key)
+    return _submit(request, caller, body, response, prefer, idempotency_key)
 
 
-@router.put("/jobs/{job_id}", status_code=202, response_model=JobView)
+@router.post("/jobs/batch", response_model=BatchResponse)
+def create_jobs(body: BatchRequest, request: Request, caller: CallerDep) -> BatchResponse:
+    """Enqueue up to 500 jobs in one request, each with its own ``idempotency_key``. The
+    answer lists, in order, each item's status (202, 200 for an idempotent repeat, or the
+    error's code: 422, 409, 429 ``backlog_full``, 503) with its job or its error."""
+    runtime = _runtime(request)
+    client = runtime.client
+    objects = runtime.objects(runtime.settings.region)
+    results: list[BatchResult | None] = []
+    items = []
+    for item in body.jobs:
+        try:
+            image = resolve_image(item.image, client.netguard, objects)
+        except AnimfleetError as error:
+            results.append(_failed(error))
+            continue
+        try:
+            options = scoping.submit_options(caller, item.options())
+        except ApiError as error:
+            results.append(_failed(error))
+            continue
+        results.append(None)
+        fields = {"idempotency_key": scoping.scoped_key(caller, item.idempotency_key), **options}
+        items.append({"image": image, "prompt": item.prompt, **fields})
+    submitted = iter(client.submit_many(items, home_region=runtime.settings.region))
+    answers = []
+    for result in results:
+        outcome = result if result is not None else next(submitted)
+        if isinstance(outcome, BatchResult):
+            answers.append(outcome)
+        elif isinstance(outcome, JobHandle):
+            record = client.get(outcome.id)
+            if outcome.created:
+                scoping.tenancy_of(request).index(record)
+            view = _view(runtime, record)
+            answers.append(BatchResult(status=202 if outcome.created else 200, job=view))
+        else:
+            answers.append(_failed(outcome))
+    return BatchResponse(results=answers)
+
+
+def _failed(error: Exception) -> BatchResult:
+    api = as_api_error(error)
+    return BatchResult(
+        status=api.status, error=ErrorBody(code=api.code, message=api.message, field=api.field)
+    )
+
+
+@router.put("/jobs/{job_id}", status_code=202, response_model=JobView, responses=SUBMITTED)
 def put_job(
     job_id: str,
     body: JobRequest,
     request: Request,
     response: Response,
+    caller: CallerDep,
     prefer: PreferHeader = None,
     idempotency_key: IdempotencyHeader = None,
 ) -> JobView:
     """Enqueue a job under a client-chosen id (1-64 of ``A-Za-z0-9_-``); idempotent: the same
     id with the same body returns that job, with another body 409."""
-    return _submit(_runtime(request), body, response, prefer, idempotency_key, job_id=job_id)
+    try:
+        return _submit(request, caller, body, response, prefer, idempotency_key, job_id=job_id)
+    except IdempotencyConflict as conflict:
+        if conflict.key != job_id:
+            raise
+        message = f"job {job_id} exists with a different request body; choose another id"
+        raise ApiError(409, "idempotency_conflict", message, "id") from None
 
 
 @router.get("/jobs/{job_id}", response_model=JobView)
 def get_job(
-    job_id: str, request: Request, response: Response, prefer: PreferHeader = None
+    job_id: str,
+    request: Request,
+    response: Response,
+    caller: CallerDep,
+    prefer: PreferHeader = None,
 ) -> JobView:
     """The job: status, queue position and estimated start while queued, progress while
     running, metrics, output with a freshly signed URL, error."""
     runtime = _runtime(request)
-    record = _waited(runtime, job_id, _prefer_wait(prefer, runtime), response)
+    owned = scoping.owned(request, caller, job_id)
+    record = _waited(runtime, owned, _prefer_wait(prefer, runtime), response)
     return _view(runtime, record)
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=JobView)
-def cancel_job(job_id: str, request: Request) -> JobView:
+def cancel_job(job_id: str, request: Request, caller: CallerDep) -> JobView:
     """A queued job never starts; a running one stops at its next denoising step. A job that
     already ended is returned unchanged."""
     runtime = _runtime(request)
+    scoping.owned(request, caller, job_id)
     return _view(runtime, runtime.client.cancel(job_id))
 
 
 @router.post("/jobs/{job_id}/webhook/replay", status_code=202, response_model=Replayed)
-def replay_webhook(job_id: str, request: Request) -> Replayed:
+def replay_webhook(job_id: str, request: Request, caller: CallerDep) -> Replayed:
     """Send the job's most recent webhook event again (same ``webhook-id``)."""
+    scoping.owned(request, caller, job_id)
     delivery = _runtime(request).client.replay_webhook(job_id)
     if delivery is None:
         raise ApiError(409, "no_webhook_event", f"job {job_id} has sent no webhook event")
@@ -156,7 +255,7 @@ def replay_webhook(job_id: str, request: Request) -> Replayed:
 
 
 @router.get("/regions", response_model=Regions)
-def regions(request: Request) -> Regions:
+def regions(request: Request, caller: CallerDep) -> Regions:
     """Per region: live workers, busy workers, queued jobs."""
     runtime = _runtime(request)
     statuses = runtime.client.regions()

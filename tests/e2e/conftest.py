@@ -51,9 +51,11 @@ API_ENV = {
     "ANIMFLEET_WEBHOOK_POLL_S": "0.1",
     "ANIMFLEET_WEBHOOK_LEASE_S": "5",
     "ANIMFLEET_WEBHOOK_TIMEOUT_S": "2",
-    # Two GPUs may hold four jobs (two running, two queued); a full region answers at once.
+    # Two GPUs may hold four jobs (two running, two queued); with no room in the backlog, a full
+    # region answers at once (429 backlog_full).
     "ANIMFLEET_ADMISSION_ALLOWANCE": "1",
     "ANIMFLEET_ADMISSION_RETRY_BUDGET_S": "0.5",
+    "ANIMFLEET_ADMISSION_BACKLOG_REGION_CAP": "0",
 }
 
 

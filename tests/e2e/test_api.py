@@ -135,7 +135,7 @@ def test_cancel_queue_positions_and_the_freed_gpu(api: httpx.Client, png_data_ur
 
     full = api.post("/v1/jobs", json={"image": png_data_uri, "prompt": "one too many"})
     assert full.status_code == 429, full.text  # two running + two queued is all two GPUs hold
-    assert int(full.headers["retry-after"]) >= 1 and full.json()["error"]["code"] == "at_capacity"
+    assert int(full.headers["retry-after"]) >= 1 and full.json()["error"]["code"] == "backlog_full"
 
     canceled = api.post(f"/v1/jobs/{first['id']}/cancel")
     assert canceled.status_code == 200 and canceled.json()["status"] == "canceled"
@@ -190,7 +190,16 @@ def test_deadline_stops_a_running_job(api: httpx.Client, png_data_uri: str) -> N
 def test_regions_report_live_and_busy_workers(api: httpx.Client, png_data_uri: str) -> None:
     running(api, png_data_uri)
     regions = api.get("/v1/regions").json()["regions"]
-    assert regions == [{"name": "api", "live_workers": 2, "busy_workers": 1, "queue_depth": 0}]
+    assert regions == [
+        {
+            "name": "api",
+            "live_workers": 2,
+            "busy_workers": 1,
+            "queue_depth": 0,
+            "backlog": 0,
+            "scaling_signal": 0.5,
+        }
+    ]
 
 
 @pytest.fixture

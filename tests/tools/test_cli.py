@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tools import cli
+from tools import cli, cli_errors
 from tools.sim.cli import POLICY_NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,7 +88,7 @@ def test_a_missing_fleet_file_is_one_line() -> None:
     result = animfleet("--fleet", "/nonexistent/fleet.toml", "get", "local.0123abcd")
     line = _one_error_line(result)
     assert "fleet file not found: /nonexistent/fleet.toml" in line
-    assert result.returncode == cli.EX_USAGE
+    assert result.returncode == cli_errors.EX_USAGE
 
 
 def test_an_invalid_fleet_file_is_one_line(tmp_path: Path) -> None:
@@ -96,7 +96,7 @@ def test_an_invalid_fleet_file_is_one_line(tmp_path: Path) -> None:
     fleet.write_text("[regions.local\n")
     result = animfleet("--fleet", str(fleet), "cancel", "local.0123abcd")
     assert "invalid fleet file" in _one_error_line(result)
-    assert result.returncode == cli.EX_USAGE
+    assert result.returncode == cli_errors.EX_USAGE
 
 
 def test_an_unknown_region_is_one_line_naming_it() -> None:
@@ -105,13 +105,13 @@ def test_an_unknown_region_is_one_line_naming_it() -> None:
         result = animfleet(*args)
         line = _one_error_line(result)
         assert "unknown region 'mars'" in line
-        assert result.returncode == cli.EX_USAGE
+        assert result.returncode == cli_errors.EX_USAGE
 
 
 def test_a_missing_image_is_one_line() -> None:
     result = animfleet("submit", "/nonexistent.png", "pan")
     assert "image not found: /nonexistent.png" in _one_error_line(result)
-    assert result.returncode == cli.EX_USAGE
+    assert result.returncode == cli_errors.EX_USAGE
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
@@ -200,13 +200,13 @@ def test_known_failures_are_one_line_with_their_exit_codes(
         (
             ["submit", str(cli.EXAMPLE_IMAGE), "pan"],
             InvalidInput("frames", "must be at most 32"),
-            cli.EX_USAGE,
+            cli_errors.EX_USAGE,
             "frames",
         ),
         (
             ["submit", str(cli.EXAMPLE_IMAGE), "pan"],
             AtCapacity("local", 7, 2.4),
-            cli.EX_TEMPFAIL,
+            cli_errors.EX_TEMPFAIL,
             "retry after 3 s",
         ),
     ]

@@ -24,10 +24,11 @@ from animfleet.region.outbox import (
     load_delivery,
     save_delivery,
 )
+from animfleet.region.tenants import Tenants
 from storage import ObjectStore
 from workers.metrics import WEBHOOK_DELIVERIES
 from workers.webhooks.settings import WebhookSettings
-from workers.webhooks.signing import sign
+from workers.webhooks.signing import secret_key, sign
 
 log = structlog.stdlib.get_logger("animfleet.webhooks")
 
@@ -83,8 +84,19 @@ class Sender:
             bound.info("webhook." + delivery.state, status_code=attempt.status_code)
         return delivery.state
 
+    def _keys(self, tenant: str) -> list[bytes]:
+        """The tenant's own signing secrets (two while it rotates), else the region's."""
+        own = Tenants(self.store.redis).webhook_secrets(tenant)
+        return [secret_key(secret) for secret in own] if own else self.settings.keys
+
     def _attempt(self, delivery: WebhookDelivery) -> tuple[WebhookAttempt, float | None]:
-        record = JobRecord.model_validate(delivery.data)
+        # A settled delivery keeps no copy of the record; one replayed while its earlier attempt
+        # settled may have lost it: send the record as it is now.
+        record = (
+            JobRecord.model_validate(delivery.data)
+            if delivery.data
+            else self.store.get(delivery.job_id)
+        )
         view = job_view(record, objects=self.objects, presign_expiry_s=self.presign_expiry_s)
         now = time.time()
         payload = {
@@ -100,7 +112,7 @@ class Sender:
             "user-agent": "animfleet-webhooks/1",
             "webhook-id": delivery.id,
             "webhook-timestamp": str(timestamp),
-            "webhook-signature": sign(self.settings.keys, delivery.id, timestamp, body),
+            "webhook-signature": sign(self._keys(record.tenant), delivery.id, timestamp, body),
         }
         attempt = WebhookAttempt(
             webhook_id=delivery.id,

@@ -1,0 +1,144 @@
+"""What the sync and async clients share: request bodies, answers, retries, the SSE parser."""
+
+from __future__ import annotations
+
+import base64
+import json
+import mimetypes
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from animfleet.sdk.errors import ApiError, RequestRefused, TryLater
+from animfleet.sdk.models import Event
+
+RETRY_STATUSES = frozenset({429, 503})
+DEFAULT_RETRY_S = 1.0
+MAX_PREFER_WAIT_S = 60
+USER_AGENT = "animfleet-sdk/1"
+
+Image = bytes | str | Path
+
+
+def image_field(image: Image) -> str:
+    """A URL or ``inputs/`` key as given; bytes or a file as a base64 data URI."""
+    if isinstance(image, str) and not Path(image).is_file():
+        return image
+    if isinstance(image, str | Path):
+        path = Path(image)
+        kind = mimetypes.guess_type(path.name)[0] or "image/png"
+        return f"data:{kind};base64,{base64.b64encode(path.read_bytes()).decode()}"
+    kind = "image/jpeg" if image[:3] == b"\xff\xd8\xff" else "image/png"
+    if image[:4] == b"RIFF":
+        kind = "image/webp"
+    return f"data:{kind};base64,{base64.b64encode(image).decode()}"
+
+
+def job_body(image: Image, prompt: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    body = {"image": image_field(image), "prompt": prompt}
+    body.update({name: value for name, value in options.items() if value is not None})
+    return body
+
+
+def new_idempotency_key() -> str:
+    """Each submit carries one, so the SDK's retries never create a job twice."""
+    return "sdk-" + secrets.token_hex(16)
+
+
+def headers(api_key: str | None) -> dict[str, str]:
+    found = {"User-Agent": USER_AGENT}
+    if api_key:
+        found["Authorization"] = f"Bearer {api_key}"
+    return found
+
+
+def retry_after(response: httpx.Response) -> float:
+    try:
+        return max(0.0, float(response.headers.get("retry-after", DEFAULT_RETRY_S)))
+    except ValueError:  # an HTTP date: rare, wait the default
+        return DEFAULT_RETRY_S
+
+
+def should_retry(response: httpx.Response, attempt: int, max_retries: int) -> float | None:
+    """Seconds to wait before retrying, or ``None`` to stop here."""
+    if response.status_code in RETRY_STATUSES and attempt < max_retries:
+        return retry_after(response)
+    return None
+
+
+def checked(response: httpx.Response) -> Any:
+    """The answer's JSON, or the API's error raised."""
+    if response.is_success:
+        return response.json()
+    try:
+        error = response.json()["error"]
+        code, message, field_name = error["code"], error["message"], error.get("field")
+    except (ValueError, KeyError, TypeError):
+        code, message, field_name = "http_error", response.text[:200], None
+    kind: type[ApiError] = ApiError  # a server error: neither side can say more
+    if response.status_code in RETRY_STATUSES:
+        kind = TryLater
+    elif response.status_code < 500:
+        kind = RequestRefused
+    wait = retry_after(response) if "retry-after" in response.headers else None
+    raise kind(response.status_code, code, message, field_name, wait)
+
+
+@dataclass
+class EventParser:
+    """Server-Sent Events, one line at a time (comments, i.e. heartbeats, are skipped)."""
+
+    last_id: str | None = None
+    _fields: dict[str, str] = field(default_factory=dict)
+
+    def feed(self, line: str) -> Event | None:
+        if line == "":
+            fields, self._fields = self._fields, {}
+            if "data" not in fields:
+                return None
+            event_id = fields.get("id", self.last_id or "")
+            self.last_id = event_id
+            return Event(
+                id=event_id, event=fields.get("event", "message"), data=json.loads(fields["data"])
+            )
+        if line.startswith(":"):
+            return None
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "data" and name in self._fields:  # a multi-line data field
+            value = self._fields[name] + "\n" + value
+        self._fields[name] = value
+        return None
+
+
+def batch_item(job: Mapping[str, Any]) -> dict[str, Any]:
+    options = {k: v for k, v in job.items() if k not in ("image", "prompt")}
+    options.setdefault("idempotency_key", new_idempotency_key())
+    return job_body(job["image"], job["prompt"], options)
+
+
+def list_params(
+    status: str | None,
+    created_after: float | None,
+    created_before: float | None,
+    cursor: str | None,
+    limit: int,
+) -> dict[str, str | int | float]:
+    given = {
+        "status": status,
+        "created_after": created_after,
+        "created_before": created_before,
+        "cursor": cursor,
+        "limit": limit,
+    }
+    return {name: value for name, value in given.items() if value is not None}
+
+
+def output_url(job: Any) -> str:
+    if job.output is None or not job.output.url:
+        raise ValueError(f"job {job.id} has no output to download (status {job.status})")
+    return str(job.output.url)

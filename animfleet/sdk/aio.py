@@ -1,0 +1,154 @@
+"""The asynchronous client of the HTTP API: the same calls as :class:`~animfleet.sdk.Animfleet`."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from animfleet.sdk import _core
+from animfleet.sdk.errors import WaitTimeout
+from animfleet.sdk.models import BatchResult, Event, Job, JobPage
+
+
+class AsyncAnimfleet:
+    """``async with AsyncAnimfleet(url, api_key="af_...") as api: await api.submit(...)``.
+
+    429 and 503 answers are retried after their ``Retry-After``, up to ``max_retries`` times;
+    every submit carries an idempotency key, so a retry never makes a second job.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        *,
+        timeout: float = 90.0,
+        max_retries: int = 5,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.max_retries = max_retries
+        self.http = http or httpx.AsyncClient(base_url=base_url, timeout=timeout)
+        self.http.headers.update(_core.headers(api_key))
+
+    async def __aenter__(self) -> AsyncAnimfleet:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self.http.aclose()
+
+    async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        attempt = 0
+        while True:
+            response = await self.http.request(method, path, **kwargs)
+            pause = _core.should_retry(response, attempt, self.max_retries)
+            if pause is None:
+                return _core.checked(response)
+            attempt += 1
+            await asyncio.sleep(pause)
+
+    async def submit(
+        self,
+        image: _core.Image,
+        prompt: str,
+        *,
+        idempotency_key: str | None = None,
+        wait: float | None = None,
+        **options: Any,
+    ) -> Job:
+        """Enqueue a job (``options``: frames, fps, size, seed, webhook, deadline, metadata...).
+        ``wait``: answer once it finished or after that many seconds (at most 60)."""
+        headers = {"Idempotency-Key": idempotency_key or _core.new_idempotency_key()}
+        if wait:
+            headers["Prefer"] = f"wait={min(int(wait), _core.MAX_PREFER_WAIT_S)}"
+        body = _core.job_body(image, prompt, options)
+        return Job.model_validate(await self._call("POST", "/v1/jobs", json=body, headers=headers))
+
+    async def submit_many(self, jobs: Sequence[Mapping[str, Any]]) -> list[BatchResult]:
+        """Up to 500 jobs in one request, each ``{"image", "prompt", ...options}``; results in
+        order, each with its job or its error. Items without an ``idempotency_key`` get one."""
+        items = [_core.batch_item(job) for job in jobs]
+        answer = await self._call("POST", "/v1/jobs/batch", json={"jobs": items})
+        return [BatchResult.model_validate(result) for result in answer["results"]]
+
+    async def get(self, job_id: str, *, wait: float | None = None) -> Job:
+        headers = {"Prefer": f"wait={min(int(wait), _core.MAX_PREFER_WAIT_S)}"} if wait else {}
+        return Job.model_validate(await self._call("GET", f"/v1/jobs/{job_id}", headers=headers))
+
+    async def wait(self, job_id: str, timeout: float = 300.0) -> Job:
+        """The job once terminal; :class:`WaitTimeout` after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            job = await self.get(job_id, wait=max(1.0, min(remaining, _core.MAX_PREFER_WAIT_S)))
+            if job.terminal:
+                return job
+            if time.monotonic() >= deadline:
+                raise WaitTimeout(f"job {job_id} still {job.status} after {timeout} s")
+
+    async def stream(
+        self, job_id: str, last_event_id: str | None = None
+    ) -> AsyncGenerator[Event, None]:
+        """The job's live events up to its terminal one; a dropped connection is resumed."""
+        parser = _core.EventParser(last_event_id)
+        for _ in range(self.max_retries + 1):
+            headers = {"Last-Event-ID": parser.last_id} if parser.last_id else {}
+            try:
+                async with self.http.stream(
+                    "GET", f"/v1/jobs/{job_id}/events", headers=headers
+                ) as response:
+                    if not response.is_success:
+                        await response.aread()
+                        _core.checked(response)
+                    async for line in response.aiter_lines():
+                        event = parser.feed(line)
+                        if event is not None:
+                            yield event
+                            if event.terminal:
+                                return
+            except (httpx.ReadError, httpx.RemoteProtocolError, httpx.ReadTimeout):
+                continue  # resume after the last event seen
+
+    async def cancel(self, job_id: str) -> Job:
+        return Job.model_validate(await self._call("POST", f"/v1/jobs/{job_id}/cancel"))
+
+    async def list(
+        self,
+        *,
+        status: str | None = None,
+        created_after: float | None = None,
+        created_before: float | None = None,
+        cursor: str | None = None,
+        limit: int = 20,
+    ) -> JobPage:
+        params = _core.list_params(status, created_after, created_before, cursor, limit)
+        return JobPage.model_validate(await self._call("GET", "/v1/jobs", params=params))
+
+    async def iter_jobs(self, **filters: Any) -> AsyncIterator[Job]:
+        """Every job matching ``filters`` (those of :meth:`list`), newest first."""
+        cursor = None
+        while True:
+            page = await self.list(cursor=cursor, **filters)
+            for job in page.jobs:
+                yield job
+            if not page.next_cursor:
+                return
+            cursor = page.next_cursor
+
+    async def download(self, job: Job | str, path: str | Path | None = None) -> bytes:
+        """The job's MP4 (from its signed output URL, read afresh); also written to ``path``."""
+        current = await self.get(job if isinstance(job, str) else job.id)  # a fresh URL
+        url = _core.output_url(current)
+        async with httpx.AsyncClient(timeout=self.http.timeout) as plain:  # key stays with API
+            response = await plain.get(url)
+            response.raise_for_status()
+        if path is not None:
+            Path(path).write_bytes(response.content)
+        return response.content

@@ -1,0 +1,36 @@
+"""The playground page at ``/``: submit an image, watch it animate, copy the ``curl``.
+
+One static HTML file with a little JavaScript, no build step. The page itself carries no key:
+the visitor pastes one, kept in the browser's local storage, and every API call sends it.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+from fastapi import APIRouter
+from fastapi.responses import HTMLResponse
+
+PAGE = Path(__file__).with_name("static") / "playground.html"
+
+router = APIRouter()
+
+
+@cache
+def _page() -> str:
+    return PAGE.read_text(encoding="utf-8")
+
+
+@router.get("/", include_in_schema=False, response_class=HTMLResponse)
+def playground() -> HTMLResponse:
+    return HTMLResponse(
+        _page(),
+        headers={
+            "Cache-Control": "no-cache",
+            "Content-Security-Policy": "default-src 'self'; img-src 'self' data: blob:; "
+            "media-src *; connect-src 'self'; style-src 'self' 'unsafe-inline'; "
+            "script-src 'self' 'unsafe-inline'; frame-ancestors 'none'",
+            "X-Content-Type-Options": "nosniff",
+        },
+    )

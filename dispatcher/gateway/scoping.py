@@ -1,0 +1,62 @@
+"""Each tenant sees only its own jobs: what the job routes apply to the calling tenant.
+
+With keys on, a job's tenant is the key's, never the body's; idempotency keys are scoped per
+tenant (the same key from two tenants names two jobs); another tenant's job answers exactly
+like a missing one. With keys off (``ANIMFLEET_GATEWAY_AUTH=0``) the body's ``tenant`` still
+picks the fair share, as before tenants had keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from fastapi import Request
+
+from animfleet.jobs import JobRecord
+from dispatcher.client import MAX_KEY_CHARS
+from dispatcher.gateway.auth import Caller
+from dispatcher.gateway.errors import ApiError
+from dispatcher.tenancy import Tenancy
+
+
+def tenancy_of(request: Request) -> Tenancy:
+    found: Tenancy = request.app.state.tenancy
+    return found
+
+
+def submit_options(caller: Caller, options: dict[str, Any]) -> dict[str, Any]:
+    """The body's options with the tenant the job counts against."""
+    if caller.key_id is None:
+        return options
+    given = options.get("tenant")
+    if given is not None and given != caller.tenant:
+        raise ApiError(422, "invalid_input", "tenant: is the API key's tenant; omit it", "tenant")
+    return {**options, "tenant": caller.tenant}
+
+
+def scoped_key(caller: Caller, key: str | None) -> str | None:
+    """The idempotency key as stored: per tenant when keys are on."""
+    if key is None or caller.key_id is None:
+        return key
+    scoped = f"{caller.tenant}:{key}"
+    if len(scoped) > MAX_KEY_CHARS:  # still unique per (tenant, key), within the limit
+        scoped = f"{caller.tenant}:sha256:{hashlib.sha256(key.encode()).hexdigest()}"
+    return scoped
+
+
+def owned(request: Request, caller: Caller, job_id: str) -> JobRecord:
+    """``job_id``'s record if the caller's tenant owns it, else 404 like a missing job."""
+    if caller.key_id is None:
+        record: JobRecord = request.app.state.runtime.client.get(job_id)
+        return record
+    return tenancy_of(request).owned(job_id, caller.tenant)
+
+
+def admitted(request: Request, caller: Caller, record: JobRecord, created: bool) -> None:
+    """After a submit: a client-chosen id taken by another tenant is a conflict (not a leak of
+    that job); a new job is listed under its tenant."""
+    if caller.key_id is not None and record.tenant != caller.tenant:
+        raise ApiError(409, "conflict", "this job id is taken; choose another", "id")
+    if created:
+        tenancy_of(request).index(record)

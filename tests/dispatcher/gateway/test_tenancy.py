@@ -1,0 +1,288 @@
+"""API keys, listing, live events and the body cap, through a gateway in this process.
+
+The region has no GPUs: jobs are written as a worker would leave them, so each test drives the
+states it needs without waiting on a model.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+from pydantic import BaseModel
+
+from animfleet.jobs import JobOutput, JobParams, JobProgress, JobRecord, JobState, new_job_id
+from animfleet.region.jobstore import JobStore
+from animfleet.region.listing import Listing
+from animfleet.region.tenants import Limits, Tenants
+from animfleet.topology import Topology
+from dispatcher import Client
+from dispatcher.admission import AdmissionSettings
+from dispatcher.gateway import GatewaySettings
+from tools.localfleet import LocalFleet
+
+DB = 13
+PARAMS = JobParams(prompt="pan", frames=8, fps=8, width=64, height=64, seed=1)
+
+
+@pytest.fixture(scope="module")
+def gateway(
+    servers: LocalFleet,
+    tmp_path_factory: pytest.TempPathFactory,
+    serve: Callable[[Client, GatewaySettings], AbstractContextManager[str]],
+) -> Iterator[str]:
+    root: Path = tmp_path_factory.mktemp("tenancy-storage")
+    topology = Topology.from_mapping(
+        {
+            "regions": {
+                "tn": {
+                    "broker_url": f"redis://127.0.0.1:{servers.redis_port}/{DB}",
+                    "storage": {"backend": "local", "root": str(root)},
+                }
+            }
+        },
+        env={},
+    )
+    redis.Redis(port=servers.redis_port, db=DB).flushdb()
+    client = Client(topology, admission=AdmissionSettings(retry_budget_s=0.0, max_attempts=1))
+    settings = GatewaySettings(
+        region="tn", max_body_bytes=64 * 1024, events_poll_s=0.05, events_heartbeat_s=0.5
+    )
+    with serve(client, settings) as url:
+        yield url
+
+
+@pytest.fixture
+def db(servers: LocalFleet) -> redis.Redis:
+    return redis.Redis(port=servers.redis_port, db=DB)
+
+
+def _job(db: redis.Redis, tenant: str, created_at: float | None = None) -> JobRecord:
+    record = JobRecord(
+        id=new_job_id("tn"), region="tn", home_region="tn", params=PARAMS, tenant=tenant
+    )
+    if created_at is not None:
+        record.created_at = created_at
+    JobStore(db).create(record, b"image")
+    Listing(db).add(tenant, record.id, record.created_at)
+    return record
+
+
+def _auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def test_keys_are_required_checked_revocable_and_rate_limited(
+    gateway: str, db: redis.Redis
+) -> None:
+    tenants = Tenants(db)
+    key = tenants.create_key("acme").key
+    assert httpx.get(f"{gateway}/v1/jobs").status_code == 401
+    bad = httpx.get(f"{gateway}/v1/jobs", headers=_auth(key[:-1] + "x"))
+    assert bad.status_code == 401 and bad.json()["error"]["code"] == "unauthenticated"
+    assert key not in bad.text
+    assert httpx.get(f"{gateway}/v1/jobs", headers=_auth(key)).status_code == 200
+    assert httpx.get(f"{gateway}/healthz").status_code == 200
+    assert httpx.get(f"{gateway}/").status_code == 200  # the playground page
+    schema = httpx.get(f"{gateway}/openapi.json").json()
+    assert schema["components"]["securitySchemes"]["ApiKey"]["scheme"] == "bearer"
+
+    limited = tenants.create_key("slow").key
+    tenants.set_limits("slow", Limits(rate_per_s=0.2, burst=2))
+    codes = [httpx.get(f"{gateway}/v1/jobs", headers=_auth(limited)) for _ in range(3)]
+    assert [c.status_code for c in codes] == [200, 200, 429]
+    assert 1 <= int(codes[2].headers["retry-after"]) <= 5
+    assert codes[2].json()["error"]["code"] == "rate_limited"
+
+    key_id = key.split("_")[1]
+    tenants.revoke(key_id)
+    revoked = httpx.get(f"{gateway}/v1/jobs", headers=_auth(key))
+    assert revoked.status_code == 401 and revoked.json()["error"]["code"] == "key_revoked"
+
+
+def test_listing_is_per_tenant_newest_first_and_pages_stay_stable(
+    gateway: str, db: redis.Redis
+) -> None:
+    tenants = Tenants(db)
+    mine, theirs = tenants.create_key("lister").key, tenants.create_key("other").key
+    now = time.time()
+    made = [_job(db, "lister", now + i) for i in range(5)]
+    _job(db, "other", now + 2)
+    first = httpx.get(f"{gateway}/v1/jobs", params={"limit": 2}, headers=_auth(mine)).json()
+    assert [j["id"] for j in first["jobs"]] == [made[4].id, made[3].id]
+    _job(db, "lister", now + 10)  # a new job between pages shifts nothing
+    second = httpx.get(
+        f"{gateway}/v1/jobs",
+        params={"limit": 2, "cursor": first["next_cursor"]},
+        headers=_auth(mine),
+    ).json()
+    assert [j["id"] for j in second["jobs"]] == [made[2].id, made[1].id]
+    JobStore(db).update(made[0].id, lambda r: r.end(JobState.CANCELED, "canceled", "test"))
+    canceled = httpx.get(
+        f"{gateway}/v1/jobs", params={"status": "canceled"}, headers=_auth(mine)
+    ).json()
+    assert [j["id"] for j in canceled["jobs"]] == [made[0].id] and not canceled["next_cursor"]
+    other = httpx.get(f"{gateway}/v1/jobs", headers=_auth(theirs)).json()
+    assert len(other["jobs"]) == 1 and other["jobs"][0]["id"] not in {m.id for m in made}
+    bad = httpx.get(f"{gateway}/v1/jobs", params={"cursor": "zzz"}, headers=_auth(mine))
+    assert bad.status_code == 422 and bad.json()["error"]["field"] == "cursor"
+
+
+def _read_events(
+    response: httpx.Response, stop_after: int | None = None
+) -> list[tuple[str, str, dict[str, object]]]:
+    events: list[tuple[str, str, dict[str, object]]] = []
+    fields: dict[str, str] = {}
+    for line in response.iter_lines():
+        if line == "":
+            if "data" in fields:
+                events.append((fields.get("id", ""), fields["event"], json.loads(fields["data"])))
+                if stop_after is not None and len(events) == stop_after:
+                    return events
+            fields = {}
+        elif not line.startswith(":"):
+            name, _, value = line.partition(":")
+            fields[name] = value.removeprefix(" ")
+    return events
+
+
+def test_events_follow_a_job_in_order_and_resume_after_the_last_id(
+    gateway: str, db: redis.Redis
+) -> None:
+    tenants = Tenants(db)
+    key, stranger = tenants.create_key("watcher").key, tenants.create_key("stranger").key
+    job = _job(db, "watcher")
+    store = JobStore(db)
+    url = f"{gateway}/v1/jobs/{job.id}/events"
+    assert httpx.get(url, headers=_auth(stranger)).status_code == 404
+    assert httpx.get(f"{gateway}/v1/jobs/tn.0000/events", headers=_auth(key)).status_code == 404
+
+    def advance(step: int) -> Callable[[JobRecord], None]:
+        def change(record: JobRecord) -> None:
+            record.progress = JobProgress(step=step, total=4)
+
+        return change
+
+    def work() -> None:  # what a worker does; the stream may see any subset of the changes
+        store.update(job.id, lambda r: r.transition(JobState.RUNNING))
+        for step in range(1, 5):
+            store.update(job.id, advance(step))
+
+    worker = threading.Thread(target=work)
+    with httpx.stream("GET", url, headers=_auth(key), timeout=30) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        worker.start()
+        seen = _read_events(response, stop_after=3)
+    worker.join()
+    assert [e[1] for e in seen] == ["queued", "started", "progress"]
+
+    def finish(record: JobRecord) -> None:
+        record.output = JobOutput(
+            key="outputs/x.mp4", bytes=10, frames=8, fps=8, width=64, height=64
+        )
+        record.transition(JobState.SUCCEEDED)
+
+    store.update(job.id, finish)
+    resumed_headers = {**_auth(key), "Last-Event-ID": seen[-1][0]}
+    with httpx.stream("GET", url, headers=resumed_headers, timeout=30) as response:
+        rest = _read_events(response)
+    ids = [e[0] for e in seen + rest]
+    assert ids == ["queued-0", "started", "step-1", "step-2", "step-3", "step-4", "end"]
+    output = rest[-1][2]["output"]
+    assert rest[-1][1] == "succeeded" and isinstance(output, dict)
+    assert output["key"] == "outputs/x.mp4"
+
+
+def test_a_body_past_the_cap_is_refused_before_it_is_read(gateway: str, db: redis.Redis) -> None:
+    key = Tenants(db).create_key("big").key
+    declared = httpx.post(
+        f"{gateway}/v1/jobs", content=b"{" + b" " * 70_000 + b"}", headers=_auth(key)
+    )
+    assert declared.status_code == 413 and declared.json()["error"]["code"] == "body_too_large"
+
+    def chunks() -> Iterator[bytes]:
+        yield b'{"prompt": "'
+        for _ in range(100):
+            yield b"x" * 1024
+
+    streamed = httpx.post(
+        f"{gateway}/v1/jobs",
+        content=chunks(),
+        headers={**_auth(key), "content-type": "application/json"},
+    )
+    assert streamed.status_code == 413, streamed.text
+
+
+def test_the_sdk_models_match_the_openapi_document(gateway: str) -> None:
+    from animfleet.sdk import Job, JobPage
+    from animfleet.sdk.models import BatchResult, Output
+
+    schemas = httpx.get(f"{gateway}/openapi.json").json()["components"]["schemas"]
+    models: list[tuple[type[BaseModel], str]] = [
+        (Job, "JobView"),
+        (Output, "OutputView"),
+        (JobPage, "JobList"),
+        (BatchResult, "BatchResult"),
+    ]
+    for model, name in models:
+        assert set(model.model_fields) == set(schemas[name]["properties"]), name
+
+
+def test_the_sdk_lists_streams_and_reports_errors(gateway: str, db: redis.Redis) -> None:
+    from animfleet.sdk import Animfleet, RequestRefused
+
+    key = Tenants(db).create_key("sdk").key
+    jobs = [_job(db, "sdk") for _ in range(3)]
+    with Animfleet(gateway, api_key=key) as api:
+        assert [j.id for j in api.iter_jobs(limit=2)] == [j.id for j in reversed(jobs)]
+        JobStore(db).update(jobs[0].id, lambda r: r.end(JobState.CANCELED, "canceled", "t"))
+        events = list(api.stream(jobs[0].id))
+        assert [e.event for e in events] == ["queued", "canceled"]
+        assert events[-1].job is not None and events[-1].job.status == "canceled"
+        with pytest.raises(RequestRefused) as missing:
+            api.stream(jobs[0].id + "0").__next__()
+        assert missing.value.status == 404
+    with Animfleet(gateway, api_key="af_0000000000000000_" + "x" * 43) as stranger:
+        with pytest.raises(RequestRefused) as refused:
+            stranger.list()
+        assert refused.value.status == 401 and refused.value.code == "unauthenticated"
+
+
+def test_the_sdk_waits_out_retry_after(gateway: str, db: redis.Redis) -> None:
+    from animfleet.sdk import Animfleet
+
+    tenants = Tenants(db)
+    key = tenants.create_key("paced").key
+    tenants.set_limits("paced", Limits(rate_per_s=2, burst=1))
+    started = time.monotonic()
+    with Animfleet(gateway, api_key=key) as api:
+        pages = [api.list() for _ in range(3)]  # the 2nd and 3rd wait for a token
+    assert all(page.jobs == [] for page in pages)
+    assert time.monotonic() - started >= 0.5
+
+
+def test_the_contract_fixes(gateway: str, db: redis.Redis) -> None:
+    key = Tenants(db).create_key("contract").key
+    options = httpx.options(f"{gateway}/v1/jobs/tn.0000")
+    assert options.status_code == 204 and options.headers["allow"] == "GET, PUT, OPTIONS"
+    malformed = httpx.post(
+        f"{gateway}/v1/jobs",
+        content=b'{"prompt": ',
+        headers={**_auth(key), "content-type": "application/json"},
+    )
+    assert malformed.status_code == 400 and malformed.json()["error"]["field"] == "body"
+    schema = httpx.get(f"{gateway}/openapi.json").json()
+    submit = schema["paths"]["/v1/jobs"]["post"]
+    assert {"200", "202", "400", "401", "413", "429"} <= set(submit["responses"])
+    assert "Location" in submit["responses"]["202"]["headers"]
+    assert "Retry-After" in submit["responses"]["429"]["headers"]
+    assert submit["security"] == [{"ApiKey": []}]
+    fields = schema["components"]["schemas"]["JobRequest"]["properties"]
+    assert fields["frames"]["maximum"] == 32 and fields["prompt"]["maxLength"] == 500
