@@ -147,6 +147,7 @@ class Client:
         webhook_url: str | None = None,
         idempotency_key: str | None = None,
         job_id: str | None = None,
+        backlog_cap: int | None = None,
         **options: Any,
     ) -> JobHandle:
         """Validate, record and enqueue one job; returns at once with its handle.
@@ -160,6 +161,8 @@ class Client:
         (``handle.created`` is False); with a different request it raises
         :class:`animfleet.region.jobstore.IdempotencyConflict`. ``job_id``: a client-chosen id
         (letters, digits, ``_``, ``-``; at most 64), idempotent in the same way.
+        ``backlog_cap``: the tenant's own cap on its jobs waiting in a backlog, when tighter
+        than the region's.
         Raises :class:`dispatcher.inputs.InvalidInput` (naming the field) before anything is
         stored or published, and :class:`EnqueueFailed` if the broker cannot take the job.
         """
@@ -183,7 +186,9 @@ class Client:
         waiting: list[str] = []  # this job's entry in its home's waiting set, once it waits
 
         def try_admit(target: str) -> bool:
-            handle = self._admit(target, home, request, image, job_id, idempotency_key, fingerprint)
+            handle = self._admit(
+                target, home, request, image, job_id, idempotency_key, fingerprint, cap=backlog_cap
+            )
             if handle is not None:
                 outcome.append(handle)
             return handle is not None
@@ -203,7 +208,15 @@ class Client:
         try:
             if self.placement.place(home, try_admit, on_full) is None:
                 backlog = self._admit(
-                    home, home, request, image, job_id, idempotency_key, fingerprint, True
+                    home,
+                    home,
+                    request,
+                    image,
+                    job_id,
+                    idempotency_key,
+                    fingerprint,
+                    True,
+                    backlog_cap,
                 )
                 assert backlog is not None  # FULL is never the answer of a backlog admission
                 return backlog
@@ -235,6 +248,7 @@ class Client:
         idempotency_key: str | None,
         fingerprint: str,
         backlog: bool = False,
+        cap: int | None = None,
     ) -> JobHandle | None:
         """Bind the idempotency keys, then try to take the job into ``target`` atomically
         (with ``backlog``, into its backlog when no GPU is free).
@@ -266,7 +280,7 @@ class Client:
             entry = JobStore.idempotency_entry(new_id, target, fingerprint)
             try:
                 answer = self._link(target).queue.admit(
-                    record, bytes(image), slots, entry, backlog=backlog
+                    record, bytes(image), slots, entry, backlog=backlog, tenant_cap=cap
                 )
             except redis.RedisError as error:
                 raise EnqueueFailed(

@@ -37,12 +37,14 @@ class RegionQueue:
         idempotency: Sequence[tuple[str, int]] = (),
         idempotency_entry: str = "",
         backlog: bool = False,
+        tenant_cap: int | None = None,
     ) -> BacklogAdmission:
         """Try to take ``record`` onto this region's GPU queue now; with ``backlog``, keep it in
         the region's backlog when no GPU can take it (unless a cap is reached).
 
         ``idempotency`` lists (Redis key, ttl) pairs to bind to ``idempotency_entry`` on
         admission; if one is bound already nothing is written and the outcome is REPEAT.
+        ``tenant_cap``: the job's tenant's own backlog cap, when tighter than the region's.
         """
         return self._script(
             record,
@@ -51,7 +53,13 @@ class RegionQueue:
             queue=self.region.queue,
             allowance=self.allowance,
             backlog=backlog,
-            caps=self.caps,
+            caps=self._caps(tenant_cap),
             idempotency=idempotency,
             idempotency_entry=idempotency_entry,
         )
+
+    def _caps(self, tenant_cap: int | None) -> BacklogCaps:
+        if tenant_cap is None:
+            return self.caps
+        tighter = tenant_cap if self.caps.tenant is None else min(self.caps.tenant, tenant_cap)
+        return BacklogCaps(tenant=tighter, region=self.caps.region)

@@ -29,12 +29,14 @@ from animfleet.region.handoff import Handoff
 from animfleet.region.jobstore import FULL, JobNotFound, JobStore, expire_if_overdue
 from animfleet.region.messages import AnimateMessages
 from animfleet.region.status import read_region_status
+from animfleet.region.tenants import Tenants
 from animfleet.settings import EnvSettings, load
 from animfleet.topology import Topology
 from dispatcher import metrics
 from dispatcher.admission import AdmissionSettings, admission_limit
 from dispatcher.placement import RoutingCache, admission_settings_from_env
 
+WEIGHTS_EVERY_S = 5.0
 log = structlog.stdlib.get_logger("animfleet.scheduler")
 
 
@@ -222,10 +224,22 @@ class RegionScheduler:
                 continue
             log.info("backlog.expired", job_id=job_id, region=region)
 
+    def refresh_weights(self) -> None:
+        """Fair-share weights: each tenant's own (``animfleet keys limits``), then the
+        process's ``ANIMFLEET_SCHEDULER_WEIGHTS``, which win."""
+        weights = Tenants(self.store(self.region).redis).weights()
+        weights.update(self.settings.weights or {})
+        self.handoff.backlog.set_weights(weights)
+
     def run(self, stop: threading.Event) -> None:
-        if self.settings.weights is not None:
-            self.handoff.backlog.set_weights(self.settings.weights)
+        weights_due = 0.0
         while not stop.is_set():
+            if time.monotonic() >= weights_due:  # a tenant's new weight counts within seconds
+                weights_due = time.monotonic() + WEIGHTS_EVERY_S
+                try:
+                    self.refresh_weights()
+                except Exception as error:  # as a failed pass: try again next time
+                    log.warning("scheduler.weights_failed", region=self.region, error=str(error))
             try:
                 moved, left = self.pump()
             except Exception as error:  # a Redis blip: keep the process, try again next pass

@@ -40,6 +40,17 @@ class RateLimited(DispatcherError, TransientError):
         self.retry_after_s = retry_after_s
 
 
+class InFlightLimit(DispatcherError, TransientError):
+    """The tenant has as many jobs queued or running as its limit allows."""
+
+    def __init__(self, tenant: str, limit: int) -> None:
+        super().__init__(
+            f"tenant {tenant!r} has {limit} jobs queued or running, its limit; "
+            "retry once one has finished"
+        )
+        self.retry_after_s = 5.0
+
+
 class InvalidCursor(DispatcherError, PermanentError, ValueError):
     """A listing cursor this gateway did not hand out."""
 
@@ -89,9 +100,30 @@ class Tenancy:
         return record
 
     def index(self, record: JobRecord) -> None:
-        """List a new job under its tenant, in its home region."""
+        """List a new job under its tenant, in its home region, and count it in flight."""
         store = self.client.store(record.home_region)
         Listing(store.redis).add(record.tenant, record.id, record.created_at)
+        if not record.status.terminal:
+            self.tenants.track(record.tenant, record.id, record.created_at)
+
+    def admission(self, tenant: str, jobs: int = 1) -> dict[str, int]:
+        """What the tenant's limits allow ``jobs`` new jobs: raises :class:`InFlightLimit` when
+        they would pass its in-flight limit; returns the submit options that carry its
+        backlog cap."""
+        limits = self.tenants.limits(tenant)
+        if limits.in_flight is not None:
+            counted = self.tenants.in_flight(tenant)
+            if len(counted) + jobs > limits.in_flight:
+                self.tenants.settle(tenant, [job for job in counted if self._finished(job)])
+                if len(self.tenants.in_flight(tenant)) + jobs > limits.in_flight:
+                    raise InFlightLimit(tenant, limits.in_flight)
+        return {} if limits.backlog_cap is None else {"backlog_cap": limits.backlog_cap}
+
+    def _finished(self, job_id: str) -> bool:
+        try:
+            return self.client.get(job_id).status.terminal
+        except JobNotFound:
+            return True
 
     def list_jobs(
         self,

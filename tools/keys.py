@@ -1,4 +1,5 @@
-"""``animfleet keys create|list|revoke|rotate --tenant T``: API keys of the HTTP gateway.
+"""``animfleet keys create|list|revoke|rotate|webhook-secret|limits --tenant T``: API keys
+and limits of the tenants of the HTTP gateway.
 
 A new key is printed once, on stdout, and never stored: only its hash is, in every region of
 the topology, so every gateway accepts it. Listing shows key ids, never secrets.
@@ -39,6 +40,14 @@ def add_keys_commands(sub: Any) -> None:
         "--drop-old", action="store_true", help="instead: stop signing with the previous one"
     )
     webhook.set_defaults(func=cmd_webhook_secret)
+    limits = actions.add_parser("limits", help="set a tenant's limits and fair-share weight")
+    limits.add_argument("--tenant", required=True)
+    limits.add_argument("--rate", type=float, help="requests per second (token bucket refill)")
+    limits.add_argument("--burst", type=int, help="requests at once (the bucket's size)")
+    limits.add_argument("--in-flight", type=int, help="jobs queued or running at once")
+    limits.add_argument("--backlog-cap", type=int, help="jobs waiting in a region's backlog")
+    limits.add_argument("--weight", type=float, default=1.0, help="fair share in the backlog")
+    limits.set_defaults(func=cmd_keys_limits)
 
 
 def _key_id(text: str) -> str:
@@ -133,6 +142,29 @@ def cmd_webhook_secret(args: argparse.Namespace) -> int:
     finally:
         client.close()
     print(secret)  # give it to the receiver; it is not shown again
+    return 0
+
+
+def cmd_keys_limits(args: argparse.Namespace) -> int:
+    from animfleet.region.tenants import Limits, Tenants
+
+    try:
+        limits = Limits(
+            rate_per_s=args.rate,
+            burst=args.burst,
+            in_flight=args.in_flight,
+            backlog_cap=args.backlog_cap,
+            weight=args.weight,
+        )
+    except ValueError as error:
+        raise SystemExit(f"animfleet: error: {error}") from None
+    client = _client(args)
+    try:
+        for name in client.topology.names:  # every region's gateways and scheduler read them
+            Tenants(client.store(name).redis).set_limits(args.tenant, limits)
+    finally:
+        client.close()
+    print(f"tenant {args.tenant}: {limits}")
     return 0
 
 

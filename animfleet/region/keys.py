@@ -58,6 +58,7 @@ TENANT_KEYS = KEY_PREFIX + "tenant-keys:"  # + tenant -> set of its key ids
 TENANT_KEY = KEY_PREFIX + "tenant:"  # + tenant -> hash limits (JSON), webhook_secrets (JSON)
 TENANT_SET = KEY_PREFIX + "tenants"  # set of every tenant with a key, limits or secrets
 RATE_BUCKET = KEY_PREFIX + "rate:"  # + tenant -> hash tokens, at (a token bucket), expiring
+TENANT_IN_FLIGHT = KEY_PREFIX + "tenant-in-flight:"  # + tenant -> zset of its unfinished jobs
 TENANT_JOBS = KEY_PREFIX + "tenant-jobs:"  # + tenant -> zset job id -> created at
 
 # A finished job's record is kept this long; its input bytes only until it is terminal.

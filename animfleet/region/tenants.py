@@ -30,7 +30,13 @@ from typing import Any
 import redis
 
 from animfleet.errors import PermanentError
-from animfleet.region.keys import API_KEY, TENANT_KEY, TENANT_KEYS, TENANT_SET
+from animfleet.region.keys import (
+    API_KEY,
+    TENANT_IN_FLIGHT,
+    TENANT_KEY,
+    TENANT_KEYS,
+    TENANT_SET,
+)
 
 KEY_PREFIX = "af"
 KEY_ID_HEX = 16
@@ -227,6 +233,21 @@ class Tenants:
         """``tenant``'s limits; :class:`Limits` () (none, weight 1) when never set."""
         raw = self.redis.hget(TENANT_KEY + tenant, "limits")
         return Limits(**json.loads(raw)) if raw else Limits()
+
+    # -- jobs in flight (counted in the home region of the gateway that took them) -----------
+    def track(self, tenant: str, job_id: str, created_at: float) -> None:
+        self.redis.zadd(TENANT_IN_FLIGHT + tenant, {job_id: created_at})
+
+    def in_flight(self, tenant: str) -> list[str]:
+        """Ids counted as in flight; some may have finished since (see :meth:`settle`)."""
+        found = self.redis.zrange(TENANT_IN_FLIGHT + tenant, 0, -1)
+        return [raw.decode() if isinstance(raw, bytes) else str(raw) for raw in found]
+
+    def settle(self, tenant: str, job_ids: list[str]) -> None:
+        """Stop counting ``job_ids`` (they finished): the count is cleaned when it matters,
+        at the cap, rather than on every job's end."""
+        if job_ids:
+            self.redis.zrem(TENANT_IN_FLIGHT + tenant, *job_ids)
 
     def weights(self) -> dict[str, float]:
         """Every tenant's fair-share weight that differs from 1 (for the backlog scheduler)."""

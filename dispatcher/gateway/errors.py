@@ -18,6 +18,7 @@ from dispatcher.admission import BacklogFull
 from dispatcher.client import EnqueueFailed
 from dispatcher.errors import DispatcherError
 from dispatcher.inputs import InvalidInput
+from dispatcher.tenancy import InFlightLimit
 
 log = structlog.stdlib.get_logger("animfleet.gateway")
 
@@ -70,6 +71,8 @@ def as_api_error(error: Exception) -> ApiError:
         return ApiError(503, "enqueue_failed", str(error), retry_after_s=BROKER_RETRY_AFTER_S)
     if isinstance(error, BacklogFull):
         return ApiError(429, "backlog_full", str(error), retry_after_s=error.retry_after_s)
+    if isinstance(error, InFlightLimit):
+        return ApiError(429, "in_flight_limit", str(error), retry_after_s=error.retry_after_s)
     retry_after = getattr(error, "retry_after_s", None)
     if isinstance(retry_after, int | float):  # dispatcher.admission.AtCapacity
         return ApiError(429, "at_capacity", str(error), retry_after_s=retry_after)
@@ -127,6 +130,7 @@ EXPECTED: tuple[type[Exception], ...] = (
     JobNotFound,
     EnqueueFailed,
     BacklogFull,
+    InFlightLimit,
     redis.RedisError,
     OperationalError,  # kombu: the broker connection for publishing
 )

@@ -1,13 +1,23 @@
 """The ``image`` field of a request: a URL (fetched behind the network guard), a base64 data
-URI, or a storage key under ``inputs/``."""
+URI, or a storage key under ``inputs/``.
+
+A URL is fetched in the request's own thread, so slow origins could hold every thread of the
+gateway: :class:`FetchSlots` lets only a few requests fetch at once, fewer per tenant, and
+refuses the rest at once with 429 and ``Retry-After``, so the other threads keep serving.
+"""
 
 from __future__ import annotations
 
 import base64
 import binascii
 import re
+import threading
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from animfleet.netguard import BlockedURL, FetchFailed, NetGuard
+from dispatcher.gateway.errors import ApiError
 from dispatcher.inputs import MAX_IMAGE_BYTES, InvalidInput
 from storage import ObjectStore, StorageError
 
@@ -16,13 +26,54 @@ STORAGE_KEY = re.compile(r"^inputs/[A-Za-z0-9][A-Za-z0-9._/-]{0,255}$")
 FETCH_TIMEOUT_S = 10.0
 
 
-def resolve_image(value: str, netguard: NetGuard, objects: ObjectStore) -> bytes:
+class FetchSlots:
+    """How many requests may be fetching an image URL at once: in all, and per tenant."""
+
+    def __init__(self, total: int, per_tenant: int) -> None:
+        self.total, self.per_tenant = total, per_tenant
+        self._lock = threading.Lock()
+        self._busy = 0
+        self._by_tenant: defaultdict[str, int] = defaultdict(int)
+
+    @contextmanager
+    def slot(self, tenant: str) -> Iterator[None]:
+        """Hold a slot while fetching; raises a 429 :class:`ApiError` when none is free."""
+        with self._lock:
+            if self._busy >= self.total or self._by_tenant[tenant] >= self.per_tenant:
+                raise ApiError(
+                    429,
+                    "fetch_busy",
+                    "too many image URLs are being fetched right now; retry shortly, or send "
+                    "the image inline (a data URI) or as a storage key",
+                    "image",
+                    retry_after_s=1,
+                )
+            self._busy += 1
+            self._by_tenant[tenant] += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._busy -= 1
+                self._by_tenant[tenant] -= 1
+                if not self._by_tenant[tenant]:
+                    del self._by_tenant[tenant]
+
+
+def resolve_image(
+    value: str,
+    netguard: NetGuard,
+    objects: ObjectStore,
+    slots: FetchSlots | None = None,
+    tenant: str = "default",
+) -> bytes:
     """The image bytes ``value`` names; raises :class:`InvalidInput` on field ``image``."""
     if value.startswith("data:"):
         return _decode_data_uri(value)
     if value.startswith(("http://", "https://")) or "://" in value:
         try:
-            return netguard.fetch(value, max_bytes=MAX_IMAGE_BYTES, timeout_s=FETCH_TIMEOUT_S)
+            with slots.slot(tenant) if slots is not None else _no_slot():
+                return netguard.fetch(value, max_bytes=MAX_IMAGE_BYTES, timeout_s=FETCH_TIMEOUT_S)
         except BlockedURL as error:
             raise InvalidInput("image", f"URL refused: {error}") from None
         except FetchFailed as error:
@@ -52,3 +103,8 @@ def _decode_data_uri(value: str) -> bytes:
         return base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError):
         raise InvalidInput("image", "the data URI's payload is not valid base64") from None
+
+
+@contextmanager
+def _no_slot() -> Iterator[None]:
+    yield

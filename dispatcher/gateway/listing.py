@@ -41,7 +41,14 @@ def list_jobs(
     created_before: Annotated[
         float | None, Query(ge=0, description="unix seconds, exclusive", examples=[1.8e9])
     ] = None,
-    cursor: Annotated[str | None, Query(max_length=200, description="from `next_cursor`")] = None,
+    cursor: Annotated[
+        str | None,
+        Query(
+            max_length=200,
+            pattern=r"^[A-Za-z0-9_-]+$",
+            description="from `next_cursor`; one this API did not hand out answers 404",
+        ),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 20,
 ) -> JobList:
     """Your jobs, newest first. Jobs created while you page through never shift a page."""
@@ -57,5 +64,6 @@ def list_jobs(
             limit=limit,
         )
     except InvalidCursor as error:
-        raise ApiError(422, "invalid_input", f"cursor: {error}", "cursor") from None
+        # The page it names does not exist (the cursor is opaque: its form cannot say more).
+        raise ApiError(404, "not_found", f"cursor: {error}", "cursor") from None
     return JobList(jobs=[render(runtime, r) for r in page.jobs], next_cursor=page.next_cursor)

@@ -117,7 +117,14 @@ def _submit(
     runtime = _runtime(request)
     client = runtime.client
     options = scoping.submit_options(caller, body.options())
-    image = resolve_image(body.image, client.netguard, runtime.objects(runtime.settings.region))
+    options.update(scoping.tenancy_of(request).admission(caller.tenant))  # 429s before a fetch
+    image = resolve_image(
+        body.image,
+        client.netguard,
+        runtime.objects(runtime.settings.region),
+        runtime.fetch_slots,
+        caller.tenant,
+    )
     handle: JobHandle = client.submit(
         image,
         body.prompt,
@@ -158,11 +165,16 @@ def create_jobs(body: BatchRequest, request: Request, caller: CallerDep) -> Batc
     runtime = _runtime(request)
     client = runtime.client
     objects = runtime.objects(runtime.settings.region)
+    # The tenant's in-flight limit counts the whole batch (429 for all of it), its backlog
+    # cap each item.
+    limits = scoping.tenancy_of(request).admission(caller.tenant, jobs=len(body.jobs))
     results: list[BatchResult | None] = []
     items = []
     for item in body.jobs:
         try:
-            image = resolve_image(item.image, client.netguard, objects)
+            image = resolve_image(
+                item.image, client.netguard, objects, runtime.fetch_slots, caller.tenant
+            )
         except AnimfleetError as error:
             results.append(_failed(error))
             continue
@@ -172,7 +184,11 @@ def create_jobs(body: BatchRequest, request: Request, caller: CallerDep) -> Batc
             results.append(_failed(error))
             continue
         results.append(None)
-        fields = {"idempotency_key": scoping.scoped_key(caller, item.idempotency_key), **options}
+        fields = {
+            "idempotency_key": scoping.scoped_key(caller, item.idempotency_key),
+            **options,
+            **limits,
+        }
         items.append({"image": image, "prompt": item.prompt, **fields})
     submitted = iter(client.submit_many(items, home_region=runtime.settings.region))
     answers = []

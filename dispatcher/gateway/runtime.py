@@ -6,6 +6,7 @@ import threading
 from dataclasses import dataclass, field
 
 from dispatcher.client import Client
+from dispatcher.gateway.images import FetchSlots
 from dispatcher.gateway.settings import GatewaySettings
 from storage import ObjectStore, open_store
 
@@ -16,6 +17,12 @@ class Runtime:
     settings: GatewaySettings
     _objects: dict[str, ObjectStore] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    fetch_slots: FetchSlots = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.fetch_slots = FetchSlots(
+            self.settings.url_fetches, self.settings.url_fetches_per_tenant
+        )
 
     def objects(self, region: str) -> ObjectStore:
         with self._lock:

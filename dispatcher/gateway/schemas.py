@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from animfleet.jobview import JobView
 from dispatcher.inputs import MAX_PROMPT_CHARS
@@ -37,7 +37,9 @@ class JobRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     image: str = Field(
+        min_length=1,
         max_length=16 * 2**20,
+        pattern=r"^(data:|https?://|inputs/)",
         description="an http(s) URL, a base64 data URI (data:image/png;base64,...) or the key "
         "of an object under inputs/ in the region's storage",
     )
@@ -48,22 +50,24 @@ class JobRequest(BaseModel):
     )
     # Bounds are documented here and checked by dispatcher.inputs, whose messages name the field
     # and the value (one check, one wording); None means the default shown.
-    frames: int | None = Field(default=None, json_schema_extra=_bounds(2, 32, 8), examples=[8])
-    fps: int | None = Field(default=None, json_schema_extra=_bounds(1, 60, 8), examples=[8])
-    size: int | None = Field(
+    frames: StrictInt | None = Field(
+        default=None, json_schema_extra=_bounds(2, 32, 8), examples=[8]
+    )
+    fps: StrictInt | None = Field(default=None, json_schema_extra=_bounds(1, 60, 8), examples=[8])
+    size: StrictInt | None = Field(
         default=None,
         description="width and height of a square video",
         json_schema_extra={**_bounds(32, 512, 64), "multipleOf": 8},
         examples=[64],
     )
-    width: int | None = Field(
+    width: StrictInt | None = Field(
         default=None, json_schema_extra={**_bounds(32, 512, 64), "multipleOf": 8}
     )
-    height: int | None = Field(
+    height: StrictInt | None = Field(
         default=None, json_schema_extra={**_bounds(32, 512, 64), "multipleOf": 8}
     )
-    seed: int | None = Field(default=None, json_schema_extra=_bounds(0, 2**32 - 1, None))
-    steps: int | None = Field(
+    seed: StrictInt | None = Field(default=None, json_schema_extra=_bounds(0, 2**32 - 1, None))
+    steps: StrictInt | None = Field(
         default=None,
         description="denoising steps (default: the model's)",
         json_schema_extra=_bounds(1, 100, None),
@@ -85,7 +89,7 @@ class JobRequest(BaseModel):
     tenant: str | None = Field(
         default=None, description="whose fair share the job counts against (default: default)"
     )
-    priority: int | None = Field(
+    priority: StrictInt | None = Field(
         default=None, description="0-9, higher starts first within its tenant (default 5)"
     )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from animfleet.settings import EnvSettings, load
@@ -28,6 +28,20 @@ class GatewaySettings(EnvSettings):
     max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     events_poll_s: float = Field(default=0.2, gt=0, le=5)  # how often an SSE stream looks
     events_heartbeat_s: float = Field(default=15.0, gt=0, le=300)  # keeps proxies from closing
+    # Requests fetching an image URL at once (each holds a thread up to 10 s), in all and per
+    # tenant; past either, 429: slow origins cannot take the threads other requests need.
+    url_fetches: int = Field(default=32, ge=1)
+    url_fetches_per_tenant: int = Field(default=8, ge=1)
+
+    @model_validator(mode="after")
+    def _fetches_leave_threads(self) -> GatewaySettings:
+        if not self.url_fetches_per_tenant <= self.url_fetches < self.threads:
+            raise ValueError(
+                f"need {self.env_name('url_fetches_per_tenant')}={self.url_fetches_per_tenant}"
+                f" <= {self.env_name('url_fetches')}={self.url_fetches}"
+                f" < {self.env_name('threads')}={self.threads}: fetches must leave threads free"
+            )
+        return self
 
     @field_validator("cors_origins", mode="before")
     @classmethod
@@ -40,5 +54,6 @@ class GatewaySettings(EnvSettings):
     def from_env(cls, region: str, env: Mapping[str, str] | None = None) -> GatewaySettings:
         """``region`` (from the command line) and ``ANIMFLEET_GATEWAY_*`` (``MAX_WAIT_S``,
         ``THREADS``, ``AUTH``, ``CORS_ORIGINS``, ``MAX_BODY_BYTES``, ``EVENTS_POLL_S``,
-        ``EVENTS_HEARTBEAT_S``). Raises :class:`animfleet.settings.SettingsError`."""
+        ``EVENTS_HEARTBEAT_S``, ``URL_FETCHES``, ``URL_FETCHES_PER_TENANT``). Raises
+        :class:`animfleet.settings.SettingsError`."""
         return load(cls, env, region=region)

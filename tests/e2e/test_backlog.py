@@ -28,7 +28,9 @@ import redis
 from animfleet.jobs import JobRecord
 from animfleet.region.backlog import Backlog
 from animfleet.region.jobstore import JobStore
+from animfleet.region.keys import BACKLOG_WEIGHTS
 from animfleet.region.status import read_region_status
+from animfleet.region.tenants import Limits, Tenants
 from dispatcher.routing.cloudwatch import BacklogMetricsPublisher, RegionBacklog
 from tests.fixtures.standin import ANIMATOR as STANDIN
 from tools.localfleet import LocalFleet
@@ -191,7 +193,11 @@ def test_a_small_tenant_is_served_within_about_twenty_starts(
 def test_weights_two_to_one_give_two_to_one_starts(
     api: httpx.Client, store: JobStore, image_uri: str
 ) -> None:
-    Backlog(store.redis, REGION).set_weights({"heavy": 2.0, "light": 1.0})
+    # The product's path: a tenant's weight is one of its limits; the scheduler picks it up.
+    tenants = Tenants(store.redis)
+    tenants.set_limits("heavy", Limits(weight=2.0))
+    weights = BACKLOG_WEIGHTS + REGION
+    wait_until(lambda: store.redis.hget(weights, "heavy") is not None, "the scheduler's weights")
     try:
         items = [body(image_uri, tenant=t) for _ in range(40) for t in ("heavy", "light")]
         ids, submitted = batch(api, items)
@@ -201,7 +207,7 @@ def test_weights_two_to_one_give_two_to_one_starts(
         cancel_all(api, ids)
         records = settled(store, ids)
     finally:
-        Backlog(store.redis, REGION).set_weights({})
+        tenants.set_limits("heavy", Limits())
     window = starts_after(records, submitted)[:45]  # both tenants backlogged throughout
     heavy = sum(record.tenant == "heavy" for record in window)
     ratio = heavy / (len(window) - heavy)

@@ -6,6 +6,8 @@ states it needs without waiting on a model.
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import threading
 import time
@@ -16,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 import redis
+from PIL import Image
 from pydantic import BaseModel
 
 from animfleet.jobs import JobOutput, JobParams, JobProgress, JobRecord, JobState, new_job_id
@@ -132,7 +135,9 @@ def test_listing_is_per_tenant_newest_first_and_pages_stay_stable(
     other = httpx.get(f"{gateway}/v1/jobs", headers=_auth(theirs)).json()
     assert len(other["jobs"]) == 1 and other["jobs"][0]["id"] not in {m.id for m in made}
     bad = httpx.get(f"{gateway}/v1/jobs", params={"cursor": "zzz"}, headers=_auth(mine))
-    assert bad.status_code == 422 and bad.json()["error"]["field"] == "cursor"
+    assert bad.status_code == 404 and bad.json()["error"]["field"] == "cursor"  # no such page
+    ugly = httpx.get(f"{gateway}/v1/jobs", params={"cursor": "not/base64"}, headers=_auth(mine))
+    assert ugly.status_code == 422 and ugly.json()["error"]["field"] == "cursor"
 
 
 def _read_events(
@@ -286,3 +291,38 @@ def test_the_contract_fixes(gateway: str, db: redis.Redis) -> None:
     assert submit["security"] == [{"ApiKey": []}]
     fields = schema["components"]["schemas"]["JobRequest"]["properties"]
     assert fields["frames"]["maximum"] == 32 and fields["prompt"]["maxLength"] == 500
+
+
+def _png_uri() -> str:
+    buffer = io.BytesIO()
+    Image.new("RGB", (64, 64), (40, 90, 160)).save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def test_a_tenants_in_flight_limit_and_backlog_cap_hold(gateway: str, db: redis.Redis) -> None:
+    # The region has no GPU: every accepted job waits in its backlog, in flight until it ends.
+    tenants = Tenants(db)
+    body = {"image": _png_uri(), "prompt": "pan left"}
+    busy = _auth(tenants.create_key("busy").key)
+    tenants.set_limits("busy", Limits(in_flight=2))
+    first, second = (httpx.post(f"{gateway}/v1/jobs", json=body, headers=busy) for _ in range(2))
+    assert (first.status_code, second.status_code) == (202, 202)
+    refused = httpx.post(f"{gateway}/v1/jobs", json=body, headers=busy)
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "in_flight_limit"
+    assert int(refused.headers["retry-after"]) >= 1
+    batch = httpx.post(f"{gateway}/v1/jobs/batch", json={"jobs": [body]}, headers=busy)
+    assert batch.status_code == 429  # a batch counts in full
+    canceled = httpx.post(f"{gateway}/v1/jobs/{first.json()['id']}/cancel", headers=busy)
+    assert canceled.json()["status"] == "canceled"
+    third = httpx.post(f"{gateway}/v1/jobs", json=body, headers=busy)
+    assert third.status_code == 202  # one ended: room for one more
+
+    capped = _auth(tenants.create_key("capped").key)
+    tenants.set_limits("capped", Limits(backlog_cap=1))
+    waiting = httpx.post(f"{gateway}/v1/jobs", json=body, headers=capped)
+    over = httpx.post(f"{gateway}/v1/jobs", json=body, headers=capped)
+    assert waiting.status_code == 202
+    assert over.status_code == 429 and over.json()["error"]["code"] == "backlog_full"
+
+    for job, headers in ((second, busy), (third, busy), (waiting, capped)):
+        httpx.post(f"{gateway}/v1/jobs/{job.json()['id']}/cancel", headers=headers)
