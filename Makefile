@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv lock browser test-sdk demo test test-unit test-e2e test-faults loadtest lint typecheck clean bench \
+.PHONY: venv lock browser test-sdk fuzz-api demo test test-unit test-e2e test-faults loadtest lint typecheck clean bench \
 	bench-model bench-overhead bench-gateway bench-dispatch simulate bench-scale \
 	tune-model compile-model bench-boot eval-served
 
@@ -57,6 +57,11 @@ browser:
 	  { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
 	    apt-get install -y -qq chromium chromium-driver >/dev/null; } || \
 	  echo "Chromium could not be installed: the playground's browser test will skip"
+
+# Schemathesis with every check against a local gateway with API keys, for FUZZ_MINUTES.
+FUZZ_MINUTES ?= 3
+fuzz-api: venv
+	$(PY) -m benchmarks.fuzz_api --minutes $(FUZZ_MINUTES)
 
 # The HTTP SDK from a venv with only the base install (no torch, no Redis): 50 jobs through
 # submit_many against a local fleet, each MP4 checked with PyAV.
