@@ -29,7 +29,7 @@ class JobList(BaseModel):
 @router.get(
     "/jobs",
     response_model=JobList,
-    responses={code: {"model": ErrorResponse} for code in (401, 422, 429)},
+    responses={code: {"model": ErrorResponse} for code in (401, 404, 422, 429)},
 )
 def list_jobs(
     request: Request,

@@ -34,7 +34,7 @@ __all__ = [
 class JobRequest(BaseModel):
     """``POST /v1/jobs`` and ``PUT /v1/jobs/{id}``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     image: str = Field(
         min_length=1,
@@ -115,7 +115,7 @@ class BatchItem(JobRequest):
 
 
 class BatchRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     jobs: list[BatchItem] = Field(min_length=1, max_length=500)
 

@@ -70,7 +70,10 @@ def test_events_are_signed_with_every_active_secret(
     assert completed["status"] == "succeeded" and completed["output"]["url"].startswith("http")
     ids = [headers["webhook-id"] for headers, _ in receiver.requests]
     assert len(set(ids)) == len(ids)  # one id per event
-    wait_until(lambda: len(attempts(api, job_id)) == len(ids), "attempts recorded")
+    wait_until(
+        lambda: len(attempts(api, job_id)) == len(ids),
+        f"an attempt recorded per request: {ids} vs {attempts(api, job_id)}",
+    )
     recorded = attempts(api, job_id)
     assert {a["status_code"] for a in recorded} == {200}
     assert all(a["outcome"] == "delivered" and a["latency_ms"] >= 0 for a in recorded)
