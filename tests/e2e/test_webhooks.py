@@ -68,12 +68,14 @@ def test_events_are_signed_with_every_active_secret(
     # Each event carries the whole record, and receivers order by its timestamps.
     completed = next(e for e in receiver.events() if e["type"] == "job.completed")["data"]
     assert completed["status"] == "succeeded" and completed["output"]["url"].startswith("http")
-    ids = [headers["webhook-id"] for headers, _ in receiver.requests]
-    assert len(set(ids)) == len(ids)  # one id per event
-    wait_until(
-        lambda: len(attempts(api, job_id)) == len(ids),
-        f"an attempt recorded per request: {ids} vs {attempts(api, job_id)}",
-    )
+
+    def each_request_recorded_once() -> bool:
+        # Read both sides afresh: a last progress event may still be on its way.
+        ids = [headers["webhook-id"] for headers, _ in receiver.requests]
+        assert len(set(ids)) == len(ids)  # one id per event
+        return len(attempts(api, job_id)) == len(ids)
+
+    wait_until(each_request_recorded_once, "an attempt recorded for each request received")
     recorded = attempts(api, job_id)
     assert {a["status_code"] for a in recorded} == {200}
     assert all(a["outcome"] == "delivered" and a["latency_ms"] >= 0 for a in recorded)
