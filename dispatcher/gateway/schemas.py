@@ -1,20 +1,44 @@
-"""The HTTP bodies of the gateway. Value ranges are checked once, by :mod:`dispatcher.inputs`."""
+"""The HTTP bodies of the gateway.
+
+The schema enforces what it publishes (types, ranges, lengths), so a request that breaks it is
+refused whole, a batch too; what no schema can say (an image that decodes, a metadata size) is
+checked by :mod:`dispatcher.inputs`, per batch item.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from animfleet.jobs import MAX_PRIORITY
 from animfleet.jobview import JobView
-from dispatcher.inputs import MAX_PROMPT_CHARS
+from dispatcher.inputs import MAX_DEADLINE_S, MAX_PROMPT_CHARS
 
 
-def _bounds(low: int, high: int, default: int | None) -> dict[str, Any]:
-    found: dict[str, Any] = {"minimum": low, "maximum": high}
-    if default is not None:
-        found["default"] = default
-    return found
+def _json_integer(value: object) -> object:
+    """JSON Schema's integer: an integral number (8 or 8.0), never a boolean or a string."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("must be an integer")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError("must be an integer")
+        return int(value)
+    return value
+
+
+# Constraints first, the JSON check around them: the schema keeps minimum and maximum.
+_INTEGER = BeforeValidator(_json_integer)
+Frames = Annotated[int, Field(ge=2, le=32), _INTEGER]
+Fps = Annotated[int, Field(ge=1, le=60), _INTEGER]
+Side = Annotated[int, Field(ge=32, le=512, multiple_of=8), _INTEGER]
+Seed = Annotated[int, Field(ge=0, le=2**32 - 1), _INTEGER]
+Steps = Annotated[int, Field(ge=1, le=100), _INTEGER]
+Priority = Annotated[int, Field(ge=0, le=MAX_PRIORITY), _INTEGER]
+
+
+def _default(value: int | None) -> dict[str, Any]:
+    return {} if value is None else {"default": value}
 
 
 __all__ = [
@@ -44,42 +68,48 @@ class JobRequest(BaseModel):
         "of an object under inputs/ in the region's storage",
     )
     prompt: str = Field(
-        json_schema_extra={"minLength": 1, "maxLength": MAX_PROMPT_CHARS},
+        min_length=1,
+        max_length=MAX_PROMPT_CHARS,
+        # Not blank, no control characters but tab and newline.
+        pattern=r"^[^\x00-\x08\x0b-\x1f]*[^\s\x00-\x1f][^\x00-\x08\x0b-\x1f]*$",
         description="the motion to animate",
         examples=["pan left slowly"],
     )
-    # Bounds are documented here and checked by dispatcher.inputs, whose messages name the field
-    # and the value (one check, one wording); None means the default shown.
-    frames: StrictInt | None = Field(
-        default=None, json_schema_extra=_bounds(2, 32, 8), examples=[8]
-    )
-    fps: StrictInt | None = Field(default=None, json_schema_extra=_bounds(1, 60, 8), examples=[8])
-    size: StrictInt | None = Field(
+    # The same bounds as dispatcher.inputs.AnimationRequest; None means the default shown.
+    frames: Frames | None = Field(default=None, json_schema_extra=_default(8), examples=[8])
+    fps: Fps | None = Field(default=None, json_schema_extra=_default(8), examples=[8])
+    size: Side | None = Field(
         default=None,
         description="width and height of a square video",
-        json_schema_extra={**_bounds(32, 512, 64), "multipleOf": 8},
+        json_schema_extra=_default(64),
         examples=[64],
     )
-    width: StrictInt | None = Field(
-        default=None, json_schema_extra={**_bounds(32, 512, 64), "multipleOf": 8}
-    )
-    height: StrictInt | None = Field(
-        default=None, json_schema_extra={**_bounds(32, 512, 64), "multipleOf": 8}
-    )
-    seed: StrictInt | None = Field(default=None, json_schema_extra=_bounds(0, 2**32 - 1, None))
-    steps: StrictInt | None = Field(
+    width: Side | None = Field(default=None, json_schema_extra=_default(64))
+    height: Side | None = Field(default=None, json_schema_extra=_default(64))
+    seed: Seed | None = Field(default=None, json_schema_extra=_default(None))
+    steps: Steps | None = Field(
         default=None,
         description="denoising steps (default: the model's)",
-        json_schema_extra=_bounds(1, 100, None),
+        json_schema_extra=_default(None),
     )
-    variant: str | None = Field(default=None, json_schema_extra={"maxLength": 64})
-    webhook: str | None = Field(default=None, description="URL that receives signed events")
-    webhook_events_filter: list[Literal["start", "progress", "completed"]] | None = None
+    variant: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")
+    webhook: str | None = Field(
+        default=None, max_length=2048, description="URL that receives signed events"
+    )
+    webhook_events_filter: list[Literal["start", "progress", "completed"]] | None = Field(
+        default=None, min_length=1, max_length=3
+    )
     start_deadline: float | None = Field(
-        default=None, description="seconds from submission; not started by then: expired"
+        default=None,
+        gt=0,
+        le=MAX_DEADLINE_S,
+        description="seconds from submission; not started by then: expired",
     )
     deadline: float | None = Field(
-        default=None, description="seconds from submission; still running then: canceled"
+        default=None,
+        gt=0,
+        le=MAX_DEADLINE_S,
+        description="seconds from submission; still running then: canceled",
     )
     metadata: dict[str, Any] = Field(
         default_factory=dict,
@@ -87,10 +117,13 @@ class JobRequest(BaseModel):
         examples=[{"order": 1234}],
     )
     tenant: str | None = Field(
-        default=None, description="whose fair share the job counts against (default: default)"
+        default=None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+        description="whose fair share the job counts against (default: default)",
     )
-    priority: StrictInt | None = Field(
-        default=None, description="0-9, higher starts first within its tenant (default 5)"
+    priority: Priority | None = Field(
+        default=None,
+        description="0-9, higher starts first within its tenant (default 5)",
     )
 
     def options(self) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -290,7 +291,15 @@ def test_the_contract_fixes(gateway: str, db: redis.Redis) -> None:
     assert "Retry-After" in submit["responses"]["429"]["headers"]
     assert submit["security"] == [{"ApiKey": []}]
     fields = schema["components"]["schemas"]["JobRequest"]["properties"]
-    assert fields["frames"]["maximum"] == 32 and fields["prompt"]["maxLength"] == 500
+    assert _bound(fields["frames"], "maximum") == 32 and fields["prompt"]["maxLength"] == 500
+    assert _bound(fields["priority"], "maximum") == 9 and fields["image"]["minLength"] == 1
+
+
+def _bound(field: dict[str, Any], name: str) -> Any:
+    """A constraint of an optional field: on the field, or on its non-null ``anyOf`` branch."""
+    if name in field:
+        return field[name]
+    return next(branch[name] for branch in field.get("anyOf", []) if name in branch)
 
 
 def _png_uri() -> str:
