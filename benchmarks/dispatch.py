@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import base64
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -113,8 +114,8 @@ def breakdown(client: Client, submit: Callable[[], object], region: str, count: 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--per-round", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--per-round", type=int, default=150)
     parser.add_argument("--breakdown", type=int, default=1000, help="calls; 0 skips it")
     parser.add_argument("--strict", action="store_true", help="exit 1 if the target is missed")
     args = parser.parse_args()
@@ -152,12 +153,16 @@ def main() -> None:
         names = {"raw apply_async": raw_calls, "dispatcher submit": ours}
         samples: dict[str, list[float]] = {name: [] for name in names}
         cpu: dict[str, float] = dict.fromkeys(names, 0.0)
+        round_ratios: list[float] = []  # ours / raw, each round's pair measured back to back
         for round_index in tqdm(range(args.rounds), desc="rounds", unit="round"):
             order = list(names.items())  # who goes first alternates, like everything else
+            rate: dict[str, float] = {}
             for name, call in order[:: -1 if round_index % 2 else 1]:
                 walls, seconds = timed(call, args.per_round)
                 samples[name] += walls
                 cpu[name] += seconds
+                rate[name] = len(walls) / sum(walls)
+            round_ratios.append(rate["dispatcher submit"] / rate["raw apply_async"])
         print(f"\n{total} calls per side ({len(image)}-byte PNG), one thread, private Redis;")
         loads = " ".join(f"{value:.2f}" for value in load)
         print(f"load average at start {loads}, {os.cpu_count()} cores")
@@ -173,7 +178,10 @@ def main() -> None:
             breakdown(client, ours, "bench", args.breakdown)
         client.close()
 
-    ratio = rates["dispatcher submit"] / rates["raw apply_async"]
+    # The median of the rounds' ratios: a burst of the shared host's noise lands in one round and
+    # on one side; it moves the totals, not the median.
+    ratio = statistics.median(round_ratios)
+    print(f"round ratios: {' '.join(f'{r:.2f}' for r in round_ratios)} (median {ratio:.2f})")
     p99 = pct(samples["dispatcher submit"], 0.99)
     checks = [
         ("throughput vs raw apply_async", f"{ratio:.2f}x", f">= {MIN_RATIO}x", ratio >= MIN_RATIO),
