@@ -8,8 +8,7 @@ import time
 from animfleet.jobs import JobRecord, JobState
 from animfleet.jobview import estimate_start
 from animfleet.region.backlog import Backlog
-from animfleet.region.jobstore import JobNotFound, JobStore
-from animfleet.region.keys import RUNNING_SET
+from animfleet.region.jobstore import JobStore
 
 
 def queue_eta(
@@ -33,12 +32,7 @@ def queue_eta(
 def running_left(store: JobStore, region: str, mean_s: float, now: float) -> list[float]:
     """Seconds left of each job running in ``region``, from its steps (or time) so far."""
     left = []
-    for raw in store.redis.zrange(RUNNING_SET + region, 0, -1):
-        job_id = raw.decode() if isinstance(raw, bytes) else str(raw)
-        try:
-            running = store.get(job_id)
-        except JobNotFound:
-            continue
+    for running in store.running(region):
         step, total = running.progress.step, running.progress.total
         if total:
             left.append(mean_s * (1 - step / total))

@@ -203,6 +203,18 @@ class JobStore:
             raise JobNotFound(job_id)
         return JobRecord.model_validate_json(raw)
 
+    def running(self, region: str) -> list[JobRecord]:
+        """The records of ``region``'s running jobs, in two round trips; ids whose record is
+        gone or no longer running are dropped from the set."""
+        ids = [_text(raw) for raw in self.redis.zrange(RUNNING_SET + region, 0, -1)]
+        found = self.redis.mget([JOB_KEY + job_id for job_id in ids]) if ids else []
+        records = [JobRecord.model_validate_json(raw) for raw in found if raw is not None]
+        running = [record for record in records if record.status is JobState.RUNNING]
+        stale = set(ids) - {record.id for record in running}
+        if stale:
+            self.redis.zrem(RUNNING_SET + region, *stale)
+        return running
+
     def input_image(self, job_id: str) -> bytes | None:
         raw = self._retrying()(self.redis.get, INPUT_KEY + job_id)
         return raw if isinstance(raw, bytes) else None
@@ -402,3 +414,7 @@ def expire_if_overdue(record: JobRecord, now: float) -> None:
     record.end(
         JobState.EXPIRED, "start_deadline_exceeded", "no GPU started the job before its deadline"
     )
+
+
+def _text(raw: object) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)

@@ -34,7 +34,6 @@ from animfleet.region.jobstore import JobNotFound, JobStore
 from animfleet.region.keys import (
     NO_WORKERS_KEY,
     QUEUED_SET,
-    RUNNING_SET,
     SWEEP_LEASE_KEY,
     WORKER_SET,
 )
@@ -123,24 +122,8 @@ class Sweeper:
     def _worker_present(self, worker: str | None) -> bool:
         return worker is not None and self.workers.present(worker)
 
-    def _running_jobs(self) -> list[JobRecord]:
-        """The records the job store lists as running in this region (stale entries dropped)."""
-        records: list[JobRecord] = []
-        for raw in self.redis.zrange(RUNNING_SET + self.region.name, 0, -1):
-            job_id = raw.decode() if isinstance(raw, bytes) else str(raw)
-            try:
-                record = self.store.get(job_id)
-            except JobNotFound:
-                self.redis.zrem(RUNNING_SET + self.region.name, job_id)
-                continue
-            if record.status is not JobState.RUNNING:
-                self.redis.zrem(RUNNING_SET + self.region.name, job_id)
-                continue
-            records.append(record)
-        return records
-
     def _sweep_running(self, now: float, result: SweepResult) -> None:
-        for record in self._running_jobs():
+        for record in self.store.running(self.region.name):
             if self._worker_present(record.worker):
                 continue
             ended = self._recover(record, now)

@@ -40,3 +40,19 @@ def test_failed_change_writes_nothing(redis_client: redis.Redis) -> None:
 def test_missing_job(redis_client: redis.Redis) -> None:
     with pytest.raises(JobNotFound):
         JobStore(redis_client).get("r1.0000")
+
+
+def test_running_lists_running_records_and_drops_the_rest(redis_client: redis.Redis) -> None:
+    store = JobStore(redis_client)
+    jobs = [
+        JobRecord(id=new_job_id("r1"), region="r1", home_region="r1", params=PARAMS)
+        for _ in range(2)
+    ]
+    for job in jobs:
+        store.create(job, b"x")
+        store.update(job.id, lambda r: r.transition(JobState.RUNNING))
+    assert sorted(r.id for r in store.running("r1")) == sorted(j.id for j in jobs)
+    store.update(jobs[0].id, lambda r: r.transition(JobState.SUCCEEDED))
+    redis_client.zadd("animfleet:running:r1", {"r1.gone": 1.0})  # its record expired
+    assert [r.id for r in store.running("r1")] == [jobs[1].id]
+    assert redis_client.zrange("animfleet:running:r1", 0, -1) == [jobs[1].id.encode()]
