@@ -134,6 +134,8 @@ def test_200_jobs_at_once_all_accepted_and_started_in_submission_order(
         for later in by_start[index + 1 :]:
             assert not answered[later.id] < sent[record.id], (record.id, later.id)
 
+    # The late job ends when the scheduler reaches it, after the 200: wait for that too.
+    settled(store, [late["id"], canceled["id"]])
     for job, code in ((late, "start_deadline_exceeded"), (canceled, "canceled")):
         ended = store.get(job["id"])
         assert ended.error is not None and ended.error.code == code
