@@ -9,13 +9,29 @@ from storage.base import (
 )
 from storage.factory import open_store
 from storage.keys import output_key
+from storage.registry import (
+    Manifest,
+    ModelFile,
+    ModelIntegrityError,
+    ModelNotFound,
+    ModelRegistry,
+    content_hash,
+    directory_files,
+)
 
 __all__ = [
+    "Manifest",
+    "ModelFile",
+    "ModelIntegrityError",
+    "ModelNotFound",
+    "ModelRegistry",
     "ObjectInfo",
     "ObjectStore",
     "StorageError",
     "StorageRejected",
     "StorageUnavailable",
+    "content_hash",
+    "directory_files",
     "open_store",
     "output_key",
 ]

@@ -297,6 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     # Only argument definitions here and in the add_*_arguments/add_commands helpers: building
     # the parser runs on every command, --help included.
     from tools.keys import add_keys_commands
+    from tools.registry_cli import add_registry_commands
     from tools.serving.cli import add_compile_arguments, add_tune_arguments
     from tools.sim.cli import add_commands as add_simulation_commands
     from tools.training.cli import add_distill_arguments, add_eval_arguments, add_train_arguments
@@ -358,6 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     aot = model.add_parser("compile", help="build ahead-of-time U-Net packages per shape bucket")
     add_compile_arguments(aot)
     aot.set_defaults(func=cmd_model_compile)
+    add_registry_commands(model)  # push, list, show
 
     train = sub.add_parser("train", help="train the small model (resumable; state in --run)")
     add_train_arguments(train)
