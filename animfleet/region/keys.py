@@ -61,6 +61,14 @@ RATE_BUCKET = KEY_PREFIX + "rate:"  # + tenant -> hash tokens, at (a token bucke
 TENANT_IN_FLIGHT = KEY_PREFIX + "tenant-in-flight:"  # + tenant -> zset of its unfinished jobs
 TENANT_JOBS = KEY_PREFIX + "tenant-jobs:"  # + tenant -> zset job id -> created at
 
+# Model versions and deployments: the versions the region's registry holds (:mod:`.catalog`,
+# written by ``animfleet model push``), its deployments and their event log
+# (:mod:`.deployments`), and each version's recent outcomes (:mod:`.canary`).
+MODEL_CATALOG = KEY_PREFIX + "models:"  # + region -> hash name@version -> JSON manifest summary
+DEPLOYMENTS = KEY_PREFIX + "deployments:"  # + region -> hash name -> JSON deployment
+DEPLOY_EVENTS = KEY_PREFIX + "deploy-events:"  # + region -> list of JSON events, newest first
+VERSION_RUNS = KEY_PREFIX + "version-runs:"  # + region + ":" + version -> zset outcome -> time
+
 # A finished job's record is kept this long; its input bytes only until it is terminal.
 RECORD_TTL_S = 7 * 24 * 3600
 INPUT_TTL_S = 2 * 24 * 3600
