@@ -223,6 +223,59 @@ def check_iam_least_privilege(root: Path) -> list[str]:
     return problems
 
 
+# What writes or deletes an object; none of it may be allowed on the model registry.
+S3_WRITE_ACTIONS = frozenset(
+    {"s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload", "s3:ReplicateObject"}
+)
+# Instance roles whose grants cover the storage prefix that also holds the model registry.
+MODEL_REGISTRY_READERS = ("worker", "services")
+
+
+def check_model_registry_read_only(root: Path) -> list[str]:
+    """Only the operator writes model versions: no instance role may write `<prefix>models/`.
+
+    The outputs grants cover the whole storage prefix, registry included, so the worker and
+    services documents must take the explicit Deny (`no_model_writes`), and no Allow may name
+    the registry with a write action.
+    """
+    problems = []
+    documents = {
+        d.name: d for d in blocks(root / MODULE, "data") if d.type == "aws_iam_policy_document"
+    }
+    deny = documents.get("no_model_writes")
+    denied: set[str] = set()
+    if deny is None:
+        problems.append("no aws_iam_policy_document.no_model_writes denying writes to models/")
+    else:
+        for statement in _statements(deny.body):
+            if statement.get("effect") == "Deny" and "${local.model_registry_arn}" in statement.get(
+                "resources", []
+            ):
+                denied |= {str(a) for a in statement.get("actions", [])}
+        if not {"s3:PutObject", "s3:DeleteObject"} <= denied:
+            problems.append(f"{deny}: does not deny s3:PutObject and s3:DeleteObject on models/")
+    for role in MODEL_REGISTRY_READERS:
+        document = documents.get(role)
+        if document is None:
+            problems.append(f"no aws_iam_policy_document.{role}")
+        elif "data.aws_iam_policy_document.no_model_writes.json" not in str(
+            document.body.get("source_policy_documents", "")
+        ):
+            problems.append(f"{document}: may write model versions (no no_model_writes Deny)")
+    for document in documents.values():
+        for statement in _statements(document.body):
+            if statement.get("effect", "Allow") != "Allow":
+                continue
+            writes = S3_WRITE_ACTIONS & {str(a) for a in statement.get("actions", [])}
+            registry = [r for r in statement.get("resources", []) if "model_registry" in str(r)]
+            if writes and registry:
+                problems.append(
+                    f"{document} statement {statement.get('sid', '?')}: allows {sorted(writes)} "
+                    "on the model registry"
+                )
+    return problems
+
+
 def check_imdsv2_required(root: Path) -> list[str]:
     problems = []
     for resource in blocks(root, "resource"):
@@ -433,6 +486,7 @@ ALL_CHECKS: list[Callable[[Path], list[str]]] = [
     check_variables_validated,
     check_outputs_described,
     check_iam_least_privilege,
+    check_model_registry_read_only,
     check_imdsv2_required,
     check_volumes_encrypted,
     check_bucket_private,

@@ -68,7 +68,7 @@ BREAKAGES = [
     Breakage(
         "star-resource",
         f"{MODULE}/iam.tf",
-        "resources = [aws_autoscaling_group.worker.arn]",
+        "resources = [for group in aws_autoscaling_group.worker : group.arn]",
         'resources = ["*"]',
         "resource '*' for ['autoscaling:CompleteLifecycleAction'",
     ),
@@ -152,6 +152,21 @@ BREAKAGES = [
         "  for_each = local.regions\n\n  name         = var.name",
         "\n  name         = var.name",
         "not instantiated per region with for_each",
+    ),
+    Breakage(
+        "workers-write-models",
+        f"{MODULE}/iam.tf",
+        '    sid       = "ReadModelVersions"\n    actions   = ["s3:GetObject"]',
+        '    sid       = "ReadModelVersions"\n    actions   = ["s3:GetObject", "s3:PutObject"]',
+        "allows ['s3:PutObject'] on the model registry",
+    ),
+    Breakage(
+        "services-without-model-deny",
+        f"{MODULE}/iam.tf",
+        "    data.aws_iam_policy_document.read_outputs.json,\n"
+        "    data.aws_iam_policy_document.no_model_writes.json,",
+        "    data.aws_iam_policy_document.read_outputs.json,",
+        "services: may write model versions",
     ),
     Breakage(
         "unjustified-skip",

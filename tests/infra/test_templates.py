@@ -33,11 +33,20 @@ USER_DATA_VARIABLES: dict[str, Any] = {
     "model_prefix": "student/v1/",
     "worker_group_name": "animfleet-eu-west-worker",
     "drain_hook_name": "drain-running-jobs",
+    "model_cache": "/var/cache/animfleet/models",
+    "worker_models": "",
+    "deployments_json": "",
+    "deployments_sha256": "0" * 64,
 }
 
 
-def user_data(processes: list[str], broker_scope: str) -> str:
-    variables = {**USER_DATA_VARIABLES, "processes": processes, "broker_scope": broker_scope}
+def user_data(processes: list[str], broker_scope: str, **overrides: Any) -> str:
+    variables = {
+        **USER_DATA_VARIABLES,
+        "processes": processes,
+        "broker_scope": broker_scope,
+        **overrides,
+    }
     return render(USER_DATA.read_text(), variables)
 
 

@@ -31,6 +31,10 @@ module "fleet" {
   package_spec    = var.package_spec
   model_artifacts = var.model_artifacts[each.key]
 
+  model_versions        = var.model_versions
+  deployments           = var.deployments
+  version_worker_groups = lookup(var.version_worker_groups, each.key, {})
+
   gpu_instance_type = each.value.gpu_instance_type
   worker_min_size   = each.value.worker_min_size
   worker_max_size   = each.value.worker_max_size

@@ -13,6 +13,8 @@ output "fleets" {
       broker_auth_token_secret_arn = fleet.broker_auth_token_secret_arn
       bucket_name                  = fleet.bucket_name
       worker_group                 = fleet.worker_autoscaling_group_name
+      version_worker_groups        = fleet.version_worker_autoscaling_group_names
+      model_registry_uri           = fleet.model_registry_uri
       services_group               = fleet.services_autoscaling_group_name
       router_group                 = fleet.router_autoscaling_group_name
       backlog_per_worker_target    = fleet.backlog_per_worker_target

@@ -96,6 +96,41 @@ variable "model_artifacts" {
   }
 }
 
+variable "model_versions" {
+  description = "Model versions (`name@version`) every region serves, each pushed first into every region's registry with `animfleet model push <dir> <name@version> --region <region>` (see the module's `model_versions`)."
+  type        = list(string)
+  default     = []
+}
+
+variable "deployments" {
+  description = "Deployments applied in every region: name => weighted versions, the stable version and optional rollback thresholds (see the module's `deployments`; the module validates them)."
+  type = map(object({
+    versions = map(number)
+    stable   = string
+    rollback = optional(object({
+      window_s                = optional(number)
+      min_samples             = optional(number)
+      max_error_rate_increase = optional(number)
+      max_p95_ratio           = optional(number)
+    }))
+  }))
+  default = {}
+}
+
+variable "version_worker_groups" {
+  description = "Per animfleet region, versions that get a GPU worker group of their own (too large to share a GPU): version => { min_size, max_size } (see the module's `version_worker_groups`)."
+  type = map(map(object({
+    min_size = number
+    max_size = number
+  })))
+  default = {}
+
+  validation {
+    condition     = length(setsubtract(keys(var.version_worker_groups), keys(var.regions))) == 0
+    error_message = "`version_worker_groups` keys must be regions of `regions`."
+  }
+}
+
 variable "alarm_actions" {
   description = "Per animfleet region, SNS topic ARNs (in that AWS region) the fleet's alarms notify."
   type        = map(list(string))

@@ -26,8 +26,7 @@ data "aws_ami" "this" {
 }
 
 locals {
-  worker_group_name = "${local.name}-worker"
-  drain_hook_name   = "drain-running-jobs"
+  drain_hook_name = "drain-running-jobs"
 
   # Everything here ends up in user data, which anyone allowed to describe the instance can read:
   # no token, password or broker URL with credentials. The instance fetches those at boot.
@@ -45,9 +44,36 @@ locals {
     stop_timeout      = var.job_timeout_seconds + 60
     model_bucket      = var.model_artifacts.bucket
     model_prefix      = var.model_artifacts.prefix
-    worker_group_name = local.worker_group_name
     drain_hook_name   = local.drain_hook_name
+    model_cache       = local.worker_model_cache
   }
+
+  # GPU worker groups: the shared one (key `worker`) preloads every listed version that has no
+  # group of its own; each `version_worker_groups` entry gets a group that preloads only its
+  # version. Names carry a readable slug of the version and a hash that keeps them unique.
+  version_group_keys = {
+    for ref in keys(var.version_worker_groups) :
+    ref => "worker-${trim(substr(replace(ref, "/[^a-z0-9]+/", "-"), 0, 24), "-")}-${substr(sha256(ref), 0, 8)}"
+  }
+
+  worker_groups = merge(
+    {
+      worker = {
+        version  = null
+        models   = [for ref in var.model_versions : ref if !contains(keys(var.version_worker_groups), ref)]
+        min_size = var.worker_min_size
+        max_size = var.worker_max_size
+      }
+    },
+    {
+      for ref, group in var.version_worker_groups : local.version_group_keys[ref] => {
+        version  = ref
+        models   = [ref]
+        min_size = group.min_size
+        max_size = group.max_size
+      }
+    },
+  )
 
   ami_parameters = {
     gpu = var.gpu_ami_ssm_parameter
@@ -71,26 +97,33 @@ locals {
     } : {},
   )
 
-  # One launch template per process group.
+  # One launch template per process group; `role` picks the instance profile and security group.
   launch_groups = merge(
     {
-      worker = {
-        description      = "GPU worker: one Celery worker per GPU"
+      for group, spec in local.worker_groups : group => {
+        description      = spec.version == null ? "GPU worker: one Celery worker per GPU" : "GPU worker for ${spec.version}: one Celery worker per GPU"
+        role             = "worker"
         ami              = "gpu"
         instance_type    = var.gpu_instance_type
         root_volume_size = var.gpu_root_volume_size
         processes        = ["worker"]
         broker_scope     = "home"
+        worker_models    = join(",", spec.models)
+        deployments_json = ""
       }
     },
     {
       for group, spec in local.cpu_groups : group => {
         description      = join(" + ", spec.processes)
+        role             = group
         ami              = "cpu"
         instance_type    = var.cpu_instance_type
         root_volume_size = 30
         processes        = spec.processes
         broker_scope     = "all"
+        worker_models    = ""
+        # Only the services group applies the region's deployments (see the user data).
+        deployments_json = group == "services" ? local.deployments_json : ""
       }
     },
   )
@@ -116,10 +149,10 @@ resource "aws_launch_template" "this" {
   update_default_version = true
   ebs_optimized          = true
 
-  vpc_security_group_ids = [local.security_groups[each.key]]
+  vpc_security_group_ids = [local.security_groups[each.value.role]]
 
   iam_instance_profile {
-    arn = aws_iam_instance_profile.this[each.key].arn
+    arn = aws_iam_instance_profile.this[each.value.role].arn
   }
 
   metadata_options {
@@ -146,8 +179,12 @@ resource "aws_launch_template" "this" {
   }
 
   user_data = base64encode(templatefile("${path.module}/templates/user_data.sh.tftpl", merge(local.user_data_common, {
-    processes    = each.value.processes
-    broker_scope = each.value.broker_scope
+    processes          = each.value.processes
+    broker_scope       = each.value.broker_scope
+    worker_group_name  = "${local.name}-${each.key}"
+    worker_models      = each.value.worker_models
+    deployments_json   = each.value.deployments_json
+    deployments_sha256 = local.deployments_sha256
   })))
 
   dynamic "tag_specifications" {
@@ -162,13 +199,21 @@ resource "aws_launch_template" "this" {
   tags = local.tags
 }
 
+# The shared group is `worker["worker"]`; one more per `version_worker_groups` entry.
+moved {
+  from = aws_autoscaling_group.worker
+  to   = aws_autoscaling_group.worker["worker"]
+}
+
 resource "aws_autoscaling_group" "worker" {
+  for_each = local.worker_groups
+
   region = var.aws_region
 
-  name                = local.worker_group_name
+  name                = "${local.name}-${each.key}"
   vpc_zone_identifier = var.private_subnet_ids
-  min_size            = var.worker_min_size
-  max_size            = var.worker_max_size
+  min_size            = each.value.min_size
+  max_size            = each.value.max_size
   # No desired_capacity: the backlog policy owns it, and an apply must not undo a scale-out.
 
   default_instance_warmup = var.worker_warmup_seconds
@@ -182,8 +227,8 @@ resource "aws_autoscaling_group" "worker" {
   metrics_granularity = "1Minute"
 
   launch_template {
-    id      = aws_launch_template.this["worker"].id
-    version = aws_launch_template.this["worker"].latest_version
+    id      = aws_launch_template.this[each.key].id
+    version = aws_launch_template.this[each.key].latest_version
   }
 
   # Scale-in protection for running jobs: an instance chosen for termination (scale-in, instance
@@ -207,7 +252,7 @@ resource "aws_autoscaling_group" "worker" {
   }
 
   dynamic "tag" {
-    for_each = merge(local.tags, { Name = local.worker_group_name })
+    for_each = merge(local.tags, { Name = "${local.name}-${each.key}" }, each.value.version == null ? {} : { "animfleet:model-version" = each.value.version })
 
     content {
       key                 = tag.key

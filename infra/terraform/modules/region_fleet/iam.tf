@@ -118,6 +118,21 @@ data "aws_iam_policy_document" "all_broker_tokens" {
   }
 }
 
+# Model versions are written only by the operator's `animfleet model push`. The outputs grants
+# cover the whole storage prefix, which holds the registry too, so no instance may write there.
+data "aws_iam_policy_document" "no_model_writes" {
+  statement {
+    sid    = "NeverWriteModelVersions"
+    effect = "Deny"
+    actions = [
+      "s3:PutObject",
+      "s3:DeleteObject",
+      "s3:AbortMultipartUpload",
+    ]
+    resources = [local.model_registry_arn]
+  }
+}
+
 data "aws_iam_policy_document" "read_outputs" {
   statement {
     sid       = "ReadOutputs"
@@ -146,7 +161,16 @@ data "aws_iam_policy_document" "worker" {
   source_policy_documents = [
     data.aws_iam_policy_document.fleet_config.json,
     data.aws_iam_policy_document.home_broker_token.json,
+    data.aws_iam_policy_document.no_model_writes.json,
   ]
+
+  # Manifests and content-addressed blobs of the versions a worker preloads or is asked for; it
+  # fetches them by key (the manifest names the blobs), so no listing.
+  statement {
+    sid       = "ReadModelVersions"
+    actions   = ["s3:GetObject"]
+    resources = [local.model_registry_arn]
+  }
 
   statement {
     sid = "ReadWriteOutputs"
@@ -209,7 +233,7 @@ data "aws_iam_policy_document" "worker" {
       "autoscaling:CompleteLifecycleAction",
       "autoscaling:RecordLifecycleActionHeartbeat",
     ]
-    resources = [aws_autoscaling_group.worker.arn]
+    resources = [for group in aws_autoscaling_group.worker : group.arn]
   }
 }
 
@@ -218,6 +242,7 @@ data "aws_iam_policy_document" "services" {
     data.aws_iam_policy_document.fleet_config.json,
     data.aws_iam_policy_document.all_broker_tokens.json,
     data.aws_iam_policy_document.read_outputs.json,
+    data.aws_iam_policy_document.no_model_writes.json,
   ]
 }
 

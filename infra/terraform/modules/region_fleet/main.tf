@@ -28,6 +28,28 @@ locals {
   all_broker_secrets_arn    = "arn:${local.partition}:secretsmanager:*:${local.account_id}:secret:${var.name}/*/broker-auth-token-??????"
   broker_port               = 6379
   backlog_per_worker_target = var.acceptable_wait_seconds / var.job_duration_seconds
+
+  # Model versions live in the region's bucket under the storage prefix that fleet.toml gives the
+  # region (`output_prefix`): `<prefix>models/blobs/<sha256>` and
+  # `<prefix>models/versions/<name>/<version>.json`. Only the operator's `animfleet model push`
+  # writes there; the workers read it.
+  model_registry_prefix = "${var.output_prefix}models/"
+  worker_model_cache    = "/var/cache/animfleet/models"
+
+  # The deployments as `animfleet deploy apply` reads them, without the rollback fields left out
+  # (the Python defaults apply to those). Its hash names the file on the services instances and
+  # the marker that makes the apply run once per change.
+  deployments_json = length(var.deployments) == 0 ? "" : jsonencode({
+    for name, deployment in var.deployments : name => merge(
+      { versions = deployment.versions, stable = deployment.stable },
+      {
+        for key, rollback in { rollback = deployment.rollback } :
+        key => { for field, value in rollback : field => value if value != null }
+        if rollback != null
+      },
+    )
+  })
+  deployments_sha256 = sha256(local.deployments_json)
 }
 
 ################################################################################

@@ -69,7 +69,17 @@ output "brokers_parameter_name" {
 
 output "worker_autoscaling_group_name" {
   description = "The GPU worker group."
-  value       = aws_autoscaling_group.worker.name
+  value       = aws_autoscaling_group.worker["worker"].name
+}
+
+output "version_worker_autoscaling_group_names" {
+  description = "The dedicated GPU worker groups by model version (`version_worker_groups`)."
+  value       = { for ref, key in local.version_group_keys : ref => aws_autoscaling_group.worker[key].name }
+}
+
+output "model_registry_uri" {
+  description = "Where `animfleet model push` puts this region's model versions (manifests and blobs); only the operator writes there."
+  value       = "s3://${local.bucket_name}/${local.model_registry_prefix}"
 }
 
 output "services_autoscaling_group_name" {

@@ -23,7 +23,7 @@ resource "aws_autoscaling_policy" "worker_backlog" {
   region = var.aws_region
 
   name                   = "${local.name}-backlog-per-worker"
-  autoscaling_group_name = aws_autoscaling_group.worker.name
+  autoscaling_group_name = aws_autoscaling_group.worker["worker"].name
   policy_type            = "TargetTrackingScaling"
 
   target_tracking_configuration {
@@ -50,7 +50,7 @@ resource "aws_autoscaling_policy" "worker_wake" {
   region = var.aws_region
 
   name                    = "${local.name}-wake-from-zero"
-  autoscaling_group_name  = aws_autoscaling_group.worker.name
+  autoscaling_group_name  = aws_autoscaling_group.worker["worker"].name
   policy_type             = "StepScaling"
   adjustment_type         = "ChangeInCapacity"
   metric_aggregation_type = "Maximum"
@@ -109,7 +109,7 @@ resource "aws_cloudwatch_metric_alarm" "worker_wake" {
     metric {
       namespace   = "AWS/AutoScaling"
       metric_name = "GroupDesiredCapacity"
-      dimensions  = { AutoScalingGroupName = aws_autoscaling_group.worker.name }
+      dimensions  = { AutoScalingGroupName = aws_autoscaling_group.worker["worker"].name }
       stat        = "Maximum"
       period      = 60
     }
@@ -124,7 +124,7 @@ resource "aws_autoscaling_policy" "worker_idle" {
   region = var.aws_region
 
   name                    = "${local.name}-idle-scale-in"
-  autoscaling_group_name  = aws_autoscaling_group.worker.name
+  autoscaling_group_name  = aws_autoscaling_group.worker["worker"].name
   policy_type             = "StepScaling"
   adjustment_type         = "ChangeInCapacity"
   metric_aggregation_type = "Minimum"
@@ -316,7 +316,7 @@ resource "aws_cloudwatch_metric_alarm" "no_live_workers" {
     metric {
       namespace   = "AWS/AutoScaling"
       metric_name = "GroupDesiredCapacity"
-      dimensions  = { AutoScalingGroupName = aws_autoscaling_group.worker.name }
+      dimensions  = { AutoScalingGroupName = aws_autoscaling_group.worker["worker"].name }
       stat        = "Maximum"
       period      = 60
     }

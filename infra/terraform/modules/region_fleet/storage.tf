@@ -8,6 +8,7 @@ locals {
   bucket_region      = var.create_bucket ? var.aws_region : coalesce(var.bucket_region, var.aws_region)
   bucket_kms_key_arn = var.create_bucket ? aws_kms_key.this.arn : var.bucket_kms_key_arn
   outputs_arn        = "${local.bucket_arn}/${var.output_prefix}*"
+  model_registry_arn = "${local.bucket_arn}/${local.model_registry_prefix}*"
 }
 
 resource "aws_s3_bucket" "outputs" {
@@ -71,12 +72,27 @@ resource "aws_s3_bucket_lifecycle_configuration" "outputs" {
 
   bucket = aws_s3_bucket.outputs[0].id
 
+  # Job outputs and archived job records expire; the model registry (`<prefix>models/`) shares the
+  # storage prefix and must never expire, so the rules name the expiring folders, not the prefix.
   rule {
     id     = "expire-outputs"
     status = "Enabled"
 
     filter {
-      prefix = var.output_prefix
+      prefix = "${var.output_prefix}outputs/"
+    }
+
+    expiration {
+      days = var.output_expiry_days
+    }
+  }
+
+  rule {
+    id     = "expire-records"
+    status = "Enabled"
+
+    filter {
+      prefix = "${var.output_prefix}records/"
     }
 
     expiration {

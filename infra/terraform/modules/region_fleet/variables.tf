@@ -253,7 +253,7 @@ variable "worker_warmup_seconds" {
 }
 
 variable "model_artifacts" {
-  description = "Where the model weights live: the workers may read `s3://<bucket>/<prefix>*` and nothing else of that bucket; they sync it to local disk at boot."
+  description = "The workers' default model directory (ANIMFLEET_MODEL_DIR, used by jobs that name no version): the workers may read `s3://<bucket>/<prefix>*` and nothing else of that bucket, and sync it to local disk at boot. Versioned models (`model_versions`) live in the region's own bucket instead, under `<output_prefix>models/`."
   type = object({
     bucket      = string
     prefix      = string
@@ -263,6 +263,80 @@ variable "model_artifacts" {
   validation {
     condition     = can(regex("^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", var.model_artifacts.bucket)) && can(regex("^([^/].*/)$", var.model_artifacts.prefix))
     error_message = "`model_artifacts` needs a valid bucket name and a non-empty prefix without a leading slash that ends with `/` (the workers' read grant is scoped to it)."
+  }
+}
+
+################################################################################
+# Model versions and deployments
+################################################################################
+
+variable "model_versions" {
+  description = "Model versions (`name@version`) this region serves, pushed beforehand with `animfleet model push <dir> <name@version>` into the region's bucket (`<output_prefix>models/`). The shared worker group preloads and hash-checks them at boot (ANIMFLEET_WORKER_MODELS) except those with a dedicated group in `version_worker_groups`; other versions are fetched on first use. Empty: the workers serve only their default model (`model_artifacts`)."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for ref in var.model_versions : can(regex("^[a-z0-9][a-z0-9._-]{0,63}@[a-z0-9][a-z0-9._-]{0,63}$", ref))])
+    error_message = "`model_versions` entries must be `name@version`: lowercase letters, digits, `.`, `_` and `-`, each part 1-64 characters starting with a letter or digit."
+  }
+
+  validation {
+    condition     = length(distinct(var.model_versions)) == length(var.model_versions)
+    error_message = "`model_versions` must not list a version twice."
+  }
+}
+
+variable "deployments" {
+  description = "The region's deployments: name => weighted versions, the `stable` version and optional automatic rollback thresholds (the Python defaults apply to those left out). The services instances apply them with `animfleet deploy apply` once per change of this value, not on every boot, so an automatic rollback stays in force until the next change here. Empty: nothing is applied."
+  type = map(object({
+    versions = map(number)
+    stable   = string
+    rollback = optional(object({
+      window_s                = optional(number)
+      min_samples             = optional(number)
+      max_error_rate_increase = optional(number)
+      max_p95_ratio           = optional(number)
+    }))
+  }))
+  default = {}
+
+  validation {
+    condition     = alltrue([for name in keys(var.deployments) : can(regex("^[a-z0-9][a-z0-9._-]{0,63}$", name))])
+    error_message = "`deployments` names must be 1-64 lowercase letters, digits, `.`, `_` and `-`, starting with a letter or digit (e.g. `default`)."
+  }
+
+  validation {
+    condition     = alltrue(flatten([for deployment in values(var.deployments) : [for weight in values(deployment.versions) : weight >= 0]])) && alltrue([for deployment in values(var.deployments) : length(deployment.versions) > 0 && sum(concat([0], values(deployment.versions))) > 0])
+    error_message = "`deployments` weights must be >= 0, and each deployment needs at least one version with a weight above 0."
+  }
+
+  validation {
+    condition     = alltrue([for deployment in values(var.deployments) : contains(keys(deployment.versions), deployment.stable)])
+    error_message = "Each deployment's `stable` version must be one of its `versions`."
+  }
+
+  validation {
+    condition     = alltrue(flatten([for deployment in values(var.deployments) : [for ref in keys(deployment.versions) : contains(var.model_versions, ref)]]))
+    error_message = "Every version a deployment names must be listed in `model_versions`."
+  }
+}
+
+variable "version_worker_groups" {
+  description = "Versions (from `model_versions`) that get a GPU worker group of their own, for models too large to share a GPU with others: version => instance counts. Their workers preload only that version, and the shared group does not preload it. These groups are not scaled on the backlog (the router publishes region-wide metrics only): they run `min_size` instances and an operator may raise the desired capacity up to `max_size`."
+  type = map(object({
+    min_size = number
+    max_size = number
+  }))
+  default = {}
+
+  validation {
+    condition     = alltrue([for ref in keys(var.version_worker_groups) : contains(var.model_versions, ref)])
+    error_message = "Every `version_worker_groups` key must be listed in `model_versions`."
+  }
+
+  validation {
+    condition     = alltrue([for group in values(var.version_worker_groups) : group.min_size >= 0 && group.max_size >= 1 && group.max_size >= group.min_size && floor(group.min_size) == group.min_size && floor(group.max_size) == group.max_size])
+    error_message = "`version_worker_groups` sizes must be whole numbers with 0 <= min_size <= max_size and max_size >= 1."
   }
 }
 
@@ -483,7 +557,7 @@ variable "bucket_kms_key_arn" {
 }
 
 variable "output_prefix" {
-  description = "Key prefix of job outputs in the bucket; the workers' write grant and the expiry rule are scoped to it."
+  description = "The region's storage prefix in the bucket (fleet.toml's `storage.prefix`): job outputs (`<prefix>outputs/`) and archived records (`<prefix>records/`), which expire, and the model registry (`<prefix>models/`), which does not and which no instance may write. The workers' write grant is scoped to it."
   type        = string
   default     = "outputs/"
 
