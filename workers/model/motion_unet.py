@@ -53,14 +53,19 @@ class ResBlock(nn.Module):
     ``Conv3d`` with a (1, 3, 3) kernel; the temporal conv runs on a (B, C, F, H*W) view.
     """
 
-    def __init__(self, channels_in: int, channels: int, embed_dim: int) -> None:
+    def __init__(
+        self, channels_in: int, channels: int, embed_dim: int, hidden: int | None = None
+    ) -> None:
         super().__init__()
+        # ``hidden``: the width inside the block (spatial conv to spatial2's input), by default
+        # the output width; a slimmed model sets it per block.
+        hidden = hidden or channels
         self.norm1 = nn.GroupNorm(8, channels_in)
-        self.spatial = nn.Conv2d(channels_in, channels, 3, padding=1)
-        self.film = nn.Linear(embed_dim, 2 * channels)
-        self.norm2 = nn.GroupNorm(8, channels)
-        self.temporal = nn.Conv2d(channels, channels, (3, 1), padding=(1, 0))
-        self.spatial2 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.spatial = nn.Conv2d(channels_in, hidden, 3, padding=1)
+        self.film = nn.Linear(embed_dim, 2 * hidden)
+        self.norm2 = nn.GroupNorm(8, hidden)
+        self.temporal = nn.Conv2d(hidden, hidden, (3, 1), padding=(1, 0))
+        self.spatial2 = nn.Conv2d(hidden, channels, 3, padding=1)
         for weight in self.spatial2.parameters():  # each block starts as its skip path
             nn.init.zeros_(weight)
         self.skip: nn.Module = (
@@ -96,11 +101,24 @@ class MotionUNet(ModelMixin, ConfigMixin):
         embed_dim: int = 128,
         frame_scale: float = 8.0,
         guidance_embedding: bool = False,
+        inner_channels: tuple[int, ...] | None = None,
+        up_block_out_channels: tuple[int, ...] | None = None,
     ) -> None:
+        """``inner_channels`` (one per ResBlock: down blocks, mid, up blocks) and
+        ``up_block_out_channels`` (one per up block, deepest first) give a slimmed model
+        per-layer widths; unset, every width follows ``block_out_channels`` as before."""
         super().__init__()
         if in_channels != 2 * out_channels:
             raise ValueError(
                 f"in_channels must be 2 * out_channels (noisy + image), got {in_channels}"
+            )
+        levels = len(block_out_channels)
+        inner = list(inner_channels) if inner_channels else [None] * (2 * levels + 1)
+        up_widths = list(up_block_out_channels or reversed(block_out_channels))
+        if len(inner) != 2 * levels + 1 or len(up_widths) != levels:
+            raise ValueError(
+                f"{levels} levels need {2 * levels + 1} inner_channels and {levels} "
+                f"up_block_out_channels, got {inner_channels} and {up_block_out_channels}"
             )
         # noisy, image, x, y, frame index: the three extra channels are built in forward.
         stem_in = (in_channels + 3) * patch_size**2
@@ -127,14 +145,14 @@ class MotionUNet(ModelMixin, ConfigMixin):
         self.downsample = nn.ModuleList()
         channels = widths[0]
         for level, width in enumerate(widths):
-            self.down.append(ResBlock(channels, width, embed_dim))
+            self.down.append(ResBlock(channels, width, embed_dim, inner[level]))
             channels = width
             if level < len(widths) - 1:
                 self.downsample.append(nn.Conv2d(channels, channels, 3, stride=2, padding=1))
-        self.mid = ResBlock(channels, channels, embed_dim)
+        self.mid = ResBlock(channels, channels, embed_dim, inner[levels])
         self.up = nn.ModuleList()
-        for width in reversed(widths):
-            self.up.append(ResBlock(channels + width, width, embed_dim))
+        for index, (skip, width) in enumerate(zip(reversed(widths), up_widths, strict=True)):
+            self.up.append(ResBlock(channels + skip, width, embed_dim, inner[levels + 1 + index]))
             channels = width
         # Global motion: a similarity transform per frame (shift x, y, log-scale, angle) from
         # the prompt, the frame's position in the clip and the pooled bottleneck features.
