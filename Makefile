@@ -165,5 +165,17 @@ eval-distill: venv
 eval: venv
 	$(TRAIN_ENV) $(PY) -m tools.cli eval --model models/animfleet-small --out out/eval --card
 
+# PCA slimming of the served student: per-layer widths keeping 70/80/90% of each layer's filter
+# variance, and uniform widths at the same parameter counts (the control), each initialised from
+# the student's kept channels and distilled from it (resumable; state in run/slim, targets shared
+# by all arms). eval-slim: all arms and the student interleaved in one run (out/slim); the
+# fastest arm that meets the bar is shipped as models/animfleet-small-slim with its card.
+.PHONY: slim eval-slim
+slim: venv
+	$(TRAIN_ENV) $(PY) -m tools.cli slim train --run run/slim
+
+eval-slim: venv
+	$(TRAIN_ENV) $(PY) -m tools.cli slim eval --run run/slim --out out/slim --ship
+
 clean:
 	rm -rf run out .pytest_cache .mypy_cache .ruff_cache

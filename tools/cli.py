@@ -163,6 +163,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return evaluate(args)
 
 
+def cmd_slim(args: argparse.Namespace) -> int:
+    from tools.training.cli import slim
+
+    return slim(args)
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     topology = _topology(args)  # a bad fleet file or region fails before the slow imports
     if args.region is not None:
@@ -300,7 +306,12 @@ def build_parser() -> argparse.ArgumentParser:
     from tools.registry_cli import add_registry_commands
     from tools.serving.cli import add_compile_arguments, add_tune_arguments
     from tools.sim.cli import add_commands as add_simulation_commands
-    from tools.training.cli import add_distill_arguments, add_eval_arguments, add_train_arguments
+    from tools.training.cli import (
+        add_distill_arguments,
+        add_eval_arguments,
+        add_slim_arguments,
+        add_train_arguments,
+    )
 
     parser = _Parser(
         prog="animfleet", description="Run the fleet's processes and its offline tools."
@@ -374,6 +385,12 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate = sub.add_parser("eval", help="evaluate a model directory on the held-out clips")
     add_eval_arguments(evaluate)
     evaluate.set_defaults(func=cmd_eval)
+
+    slim = sub.add_parser(
+        "slim", help="PCA-slim the served student: widths from its weights, then distil"
+    )
+    add_slim_arguments(slim)
+    slim.set_defaults(func=cmd_slim)
 
     submit = sub.add_parser("submit", help="submit an image to the fleet; prints the job id")
     submit.add_argument("image", help="PNG, JPEG or WebP file")

@@ -221,3 +221,60 @@ def compare(args: argparse.Namespace) -> int:
 def _two_floats(text: str) -> tuple[float, float]:
     image, text_scale = (float(part) for part in text.split(":"))
     return image, text_scale
+
+
+DEFAULT_SLIM_RUN = "run/slim"
+
+
+def _shares(text: str) -> tuple[float, ...]:
+    shares = tuple(float(part) for part in text.split(","))
+    if not all(0 < share <= 1 for share in shares):
+        raise argparse.ArgumentTypeError(f"expected shares in (0, 1], got {text!r}")
+    return shares
+
+
+def add_slim_arguments(parser: argparse.ArgumentParser) -> None:
+    # Defaults of SlimConfig live in tools/training/slim_distill.py (torch); stated here again
+    # only in the help texts.
+    parser.add_argument(
+        "action",
+        choices=("plan", "train", "eval"),
+        help="plan: widths per share (no training); train: every arm (resumable); "
+        "eval: the comparison table, and with --ship the served variant",
+    )
+    parser.add_argument("--run", default=DEFAULT_SLIM_RUN, help="run directory, one per arm")
+    parser.add_argument(
+        "--shares",
+        type=_shares,
+        default=(0.7, 0.8, 0.9),
+        help="filter-variance shares to keep, comma-separated",
+    )
+    parser.add_argument("--steps", type=int, default=1200, help="distillation steps per arm")
+    parser.add_argument("--minutes", type=float, help="stop training after this long in all")
+    parser.add_argument("--per-family", type=int, default=32, help="eval: held-out clips")
+    parser.add_argument("--out", default="out/slim", help="eval: report directory")
+    parser.add_argument(
+        "--ship",
+        nargs="?",
+        const="models/animfleet-small-slim",
+        help="eval: export the best arm that meets the bar here, with its card",
+    )
+
+
+def slim(args: argparse.Namespace) -> int:
+    _threads()
+    run = Path(args.run)
+    if args.action == "plan":
+        from tools.training.slim_eval import print_plans
+
+        print_plans(args.shares)
+    elif args.action == "train":
+        from tools.training.slim_distill import train_arms
+
+        done = train_arms(run, args.shares, args.steps, minutes=args.minutes)
+        print(f"{len(done)} of {2 * len(args.shares)} arms trained to {args.steps} steps")
+    else:
+        from tools.training.slim_eval import run_slim_eval
+
+        run_slim_eval(run, args.shares, Path(args.out), args.per_family, args.ship)
+    return 0
