@@ -127,6 +127,10 @@ class JobParams(BaseModel):
     seed: int
     steps: int | None = None
     variant: str | None = None
+    # The deployment (or pinned name@version) that chose the model; None: the worker's own.
+    model: str | None = None
+    # The version that runs (or ran) the job: chosen at submit, or the worker's own model's.
+    model_version: str | None = None
 
 
 class WebhookAttempt(BaseModel):

@@ -52,6 +52,7 @@ class JobView(BaseModel):
     output: OutputView | None
     error: JobError | None
     input: JobParams
+    model_version: str | None = None  # name@version that runs or ran the job
     start_deadline: float | None
     deadline: float | None
     webhook: str | None
@@ -122,6 +123,7 @@ def job_view(
         output=output,
         error=record.error,
         input=record.params,
+        model_version=record.params.model_version,
         start_deadline=record.start_deadline,
         deadline=record.deadline,
         webhook=record.webhook_url,

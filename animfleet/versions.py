@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import re
 
+from animfleet.errors import PermanentError
+
 NAME = r"[a-z0-9][a-z0-9._-]{0,63}"
 VERSION_REF = re.compile(rf"^{NAME}@{NAME}$")
 DEPLOYMENT_NAME = re.compile(rf"^{NAME}$")
@@ -20,7 +22,7 @@ MODEL_FIELD = rf"^{NAME}(@{NAME})?$"
 DEFAULT_DEPLOYMENT = "default"
 
 
-class BadVersionRef(ValueError):
+class BadVersionRef(PermanentError, ValueError):
     """Not ``name@version``."""
 
 

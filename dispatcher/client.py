@@ -42,6 +42,7 @@ from dispatcher.enqueue import RegionQueue
 from dispatcher.errors import DispatcherError
 from dispatcher.inputs import AnimationRequest, InvalidInput, check_image, parse_request
 from dispatcher.placement import Placement, RoutingCache, admission_settings_from_env
+from dispatcher.versions import WORKER_MODEL, Choice, VersionChooser
 
 # Client-chosen ids never contain a dot, so they cannot collide with ``<region>.<token>`` ids.
 CLIENT_JOB_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -127,6 +128,7 @@ class Client:
         self.routing = RoutingCache(self._link(source).store.redis, self.topology.names)
         self.routing.start()
         self.placement = Placement(self.topology.names, self.routing, self.admission)
+        self.versions = VersionChooser(lambda region: self._link(region).store.redis)
 
     def _link(self, region: str) -> _RegionLink:
         if region not in self._links:
@@ -153,8 +155,10 @@ class Client:
         """Validate, record and enqueue one job; returns at once with its handle.
 
         ``options`` are the optional fields of :class:`dispatcher.inputs.AnimationRequest`
-        (frames, fps, width, height, seed, steps, variant, webhook_events_filter,
+        (frames, fps, width, height, seed, steps, variant, model, webhook_events_filter,
         start_deadline and deadline in seconds from now, metadata, tenant, priority).
+        ``model``: a deployment of the home region or a pinned ``name@version``; the version
+        picked is on the record (``params.model_version``), sticky by ``idempotency_key``.
         A job no region can start now waits in its home region's backlog (status ``queued``);
         :class:`dispatcher.admission.BacklogFull` when a backlog cap is reached.
         ``idempotency_key``: the same key with the same request returns the job created first
@@ -182,12 +186,24 @@ class Client:
         home = home_region or self.topology.names[0]
         self.topology.region(home)
         fingerprint = records.fingerprint(image, request, home)
+        sticky = idempotency_key or job_id or secrets.token_hex(8)
+        choice = self.versions.choose(home, request.model, sticky)
         outcome: list[JobHandle] = []
         waiting: list[str] = []  # this job's entry in its home's waiting set, once it waits
 
         def try_admit(target: str) -> bool:
+            if not self.versions.serves(target, choice.version):
+                return False  # that region's registry lacks the version: not a place for it
             handle = self._admit(
-                target, home, request, image, job_id, idempotency_key, fingerprint, cap=backlog_cap
+                target,
+                home,
+                request,
+                image,
+                job_id,
+                idempotency_key,
+                fingerprint,
+                cap=backlog_cap,
+                choice=choice,
             )
             if handle is not None:
                 outcome.append(handle)
@@ -217,6 +233,7 @@ class Client:
                     fingerprint,
                     True,
                     backlog_cap,
+                    choice,
                 )
                 assert backlog is not None  # FULL is never the answer of a backlog admission
                 return backlog
@@ -249,6 +266,7 @@ class Client:
         fingerprint: str,
         backlog: bool = False,
         cap: int | None = None,
+        choice: Choice = WORKER_MODEL,
     ) -> JobHandle | None:
         """Bind the idempotency keys, then try to take the job into ``target`` atomically
         (with ``backlog``, into its backlog when no GPU is free).
@@ -274,7 +292,7 @@ class Client:
                 claimed.append(key)
         try:
             record = records.new_record(
-                new_id, target, home, request, self.admission.default_start_deadline_s
+                new_id, target, home, request, self.admission.default_start_deadline_s, choice
             )
             slots = [JobStore.idempotency_slot(key) for key in keys] if bind_in_script else []
             entry = JobStore.idempotency_entry(new_id, target, fingerprint)
@@ -305,7 +323,7 @@ class Client:
             return None
         waited = answer.outcome == BACKLOGGED
         log.info("job.submitted", job_id=new_id, region=target, home_region=home, backlog=waited)
-        metrics.admitted(home, target, backlog=waited)
+        metrics.admitted(home, target, backlog=waited, version=choice.version)
         return JobHandle(id=new_id, region=target, client=self)
 
     def _backlog_full(self, region: str, cap: str, live: int) -> BacklogFull:

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from animfleet.errors import PermanentError
 from animfleet.jobs import DEFAULT_PRIORITY, DEFAULT_TENANT, MAX_PRIORITY
+from animfleet.versions import MODEL_FIELD
 from dispatcher.errors import DispatcherError
 
 ALLOWED_FORMATS = ("PNG", "JPEG", "WEBP")
@@ -87,6 +88,9 @@ class AnimationRequest(BaseModel):
     seed: int | None = Field(default=None, ge=0, le=2**32 - 1)
     steps: int | None = Field(default=None, ge=1, le=100)
     variant: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")
+    # A deployment of the region ("default" when omitted and the region has one) or a pinned
+    # version "name@version"; checked against the region when the job is placed.
+    model: str | None = Field(default=None, pattern=MODEL_FIELD)
     webhook_url: str | None = Field(default=None, max_length=2048)
     webhook_events_filter: list[Literal["start", "progress", "completed"]] | None = Field(
         default=None, min_length=1, max_length=3

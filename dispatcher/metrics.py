@@ -18,6 +18,11 @@ SPILLOVER = Counter(
     "Jobs admitted outside their home region, by source (home) and target region",
     ["source", "target"],
 )
+VERSION_PICKS = Counter(
+    "animfleet_jobs_by_version_total",
+    "Jobs admitted, by the region that took them and the model version picked for them",
+    ["region", "version"],
+)
 ADMISSION_WAITS = Counter(
     "animfleet_admission_backoffs_total",
     "Times every allowed region was full and a submit backed off",
@@ -75,8 +80,9 @@ BACKLOGGED = Counter(
 )
 
 
-def admitted(home: str, region: str, backlog: bool = False) -> None:
+def admitted(home: str, region: str, backlog: bool = False, version: str | None = None) -> None:
     JOBS_SUBMITTED.labels(home, region).inc()
+    VERSION_PICKS.labels(region, version or "worker-default").inc()
     if backlog:
         BACKLOGGED.labels(home).inc()
     if region != home:

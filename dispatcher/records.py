@@ -9,6 +9,7 @@ import time
 
 from animfleet.jobs import WEBHOOK_EVENTS, JobParams, JobRecord
 from dispatcher.inputs import AnimationRequest
+from dispatcher.versions import WORKER_MODEL, Choice
 
 
 def new_record(
@@ -17,9 +18,11 @@ def new_record(
     home: str,
     request: AnimationRequest,
     default_start_deadline_s: float | None = None,
+    choice: Choice = WORKER_MODEL,
 ) -> JobRecord:
     """The queued record of a new job held by ``target`` for users of ``home``; a request
-    without a start deadline gets ``default_start_deadline_s`` (so no job waits forever)."""
+    without a start deadline gets ``default_start_deadline_s`` (so no job waits forever);
+    ``choice``: the model version picked for it."""
     now = time.time()
     start_within = request.start_deadline or default_start_deadline_s
     return JobRecord(
@@ -36,6 +39,8 @@ def new_record(
             seed=request.seed if request.seed is not None else secrets.randbelow(2**32),
             steps=request.steps,
             variant=request.variant,
+            model=choice.model,
+            model_version=choice.version,
         ),
         webhook_url=request.webhook_url,
         webhook_events=list(request.webhook_events_filter or WEBHOOK_EVENTS),

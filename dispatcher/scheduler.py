@@ -25,6 +25,7 @@ from pydantic_settings import SettingsConfigDict
 from animfleet.jobs import IllegalTransition, JobRecord, JobState
 from animfleet.metrics import port_from_env, serve
 from animfleet.region.backlog import Backlog
+from animfleet.region.catalog import ModelCatalog
 from animfleet.region.handoff import Handoff
 from animfleet.region.jobstore import FULL, JobNotFound, JobStore, expire_if_overdue
 from animfleet.region.messages import AnimateMessages
@@ -161,6 +162,13 @@ class RegionScheduler:
         image = home.input_image(job_id)
         if record.status is not JobState.QUEUED or image is None:
             self.handoff.forward(job_id, self.region, target)  # ended meanwhile: drop the claim
+            return 0
+        version = record.params.model_version
+        if (
+            version is not None
+            and ModelCatalog(self.store(target).redis, target).get(version) is None
+        ):
+            self.handoff.give_back(job_id)  # its version is not in that region's registry
             return 0
         copy = record.model_copy(update={"region": target})
         answer = self.store(target).admit(

@@ -302,6 +302,7 @@ class _VersionAction(argparse.Action):
 def build_parser() -> argparse.ArgumentParser:
     # Only argument definitions here and in the add_*_arguments/add_commands helpers: building
     # the parser runs on every command, --help included.
+    from tools.deploy_cli import add_deploy_commands
     from tools.keys import add_keys_commands
     from tools.registry_cli import add_registry_commands
     from tools.serving.cli import add_compile_arguments, add_tune_arguments
@@ -437,6 +438,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_simulation_commands(sub)  # simulate, plan
     add_keys_commands(sub)  # keys create|list|revoke|rotate
+    add_deploy_commands(sub)  # deploy set|apply|promote|status
     return parser
 
 

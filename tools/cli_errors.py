@@ -44,6 +44,13 @@ def user_error(error: BaseException) -> tuple[str, int] | None:
         if isinstance(error, RedisConnectionError):
             return f"cannot reach a region's Redis: {one_line(error)}", 1
         return None
+    if package in ("storage", "workers"):
+        from storage.registry import ModelIntegrityError, ModelNotFound
+        from workers.versions import VersionUnavailable
+
+        if isinstance(error, ModelIntegrityError | ModelNotFound | VersionUnavailable):
+            return f"model version refused: {one_line(error)}", EX_CONFIG
+        return None
     if package not in ("animfleet", "dispatcher"):
         return None
     # Only now: these modules load celery and redis, too slow for every command's start.

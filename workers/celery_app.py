@@ -18,6 +18,7 @@ import os
 import socket
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -161,25 +162,48 @@ def animate(self: Any, job_id: str) -> None:
 
 def load_model(**_: Any) -> None:
     """Load the model once per worker process, before it takes its first job."""
-    from storage import open_store
+    from animfleet.models import resolve_model
+    from storage import StorageError, open_store
     from workers.heartbeat import Heartbeat
+    from workers.model import Animator
     from workers.model.animator import load_animator
     from workers.runner import JobRunner
+    from workers.versions import (
+        ModelShelf,
+        VersionUnavailable,
+        boot_versions,
+        fetch_version,
+        own_version,
+    )
 
     logs.configure()
     region, settings = process.context()
     animator = load_animator(settings)  # compiles and warms up if configured
     worker_name = settings.name or f"{socket.gethostname()}-{os.getpid()}"
     store = JobStore.from_url(region.broker_url)
-    heartbeat = Heartbeat(store.redis, region.name, worker_name, animator.variant.name)
+    objects = open_store(region.storage)
+
+    def load_version(ref: str) -> Animator:
+        try:
+            path = fetch_version(ref, region, store.redis, objects, settings.model_cache)
+        except StorageError as error:  # unreachable, or files that do not match their hash
+            raise VersionUnavailable(f"{ref}: {error}") from error
+        return load_animator(settings.model_copy(update={"model_dir": path}))
+
+    label = own_version(resolve_model(settings.model_dir), animator.variant.name)
+    shelf = ModelShelf(animator, label, load_version, settings.max_models)
+    for ref in boot_versions(settings):
+        shelf.get(ref)
+    heartbeat = Heartbeat(store.redis, region.name, worker_name, ",".join(shelf.versions))
     process.runner = JobRunner(
         region=region,
         settings=settings,
         store=store,
-        objects=open_store(region.storage),
+        objects=objects,
         animator=animator,
         worker_name=worker_name,
         heartbeat=heartbeat,
+        shelf=shelf,
     )
     heartbeat.start()
     process.state = WorkerState.IDLE
@@ -244,8 +268,27 @@ signals.worker_shutting_down.connect(drain, weak=False)
 signals.setup_logging.connect(use_our_logging, weak=False)
 
 
+def fetch_boot_versions(region: Region, settings: WorkerSettings) -> list[Path]:
+    """Fetch and verify the versions the worker loads at boot into its disk cache, before
+    Celery starts: a version whose files do not match their hash stops the worker here, with
+    :class:`storage.registry.ModelIntegrityError` (or :class:`VersionUnavailable`)."""
+    from storage import open_store
+    from workers.versions import boot_versions, fetch_version
+
+    refs = boot_versions(settings)
+    if not refs:
+        return []
+    client = redis.Redis.from_url(region.broker_url)
+    objects = open_store(region.storage)
+    paths = [fetch_version(ref, region, client, objects, settings.model_cache) for ref in refs]
+    log.info("worker.versions_verified", versions=refs, cache=str(settings.model_cache))
+    return paths
+
+
 def run_worker(region: Region, settings: WorkerSettings, name: str | None = None) -> None:
-    """Start a GPU worker in the foreground (``animfleet worker``)."""
+    """Start a GPU worker in the foreground (``animfleet worker``); raises before starting if
+    a boot version is missing or does not match its hash."""
+    fetch_boot_versions(region, settings)
     if settings.metrics_port is not None:
         from animfleet.metrics import use_multiprocess_dir
 

@@ -16,6 +16,16 @@ JOBS_FINISHED = Counter(
     "Jobs a worker ended, by terminal status and error code ('' when succeeded)",
     ["region", "status", "code"],
 )
+VERSION_OUTCOMES = Counter(
+    "animfleet_model_version_jobs_total",
+    "Jobs a worker ended, by the model version that ran them and outcome (succeeded|failed)",
+    ["region", "version", "outcome"],
+)
+ROLLBACKS = Counter(
+    "animfleet_canary_rollbacks_total",
+    "Canary versions a worker's outcome report rolled back automatically, by deployment",
+    ["region", "deployment", "version"],
+)
 QUEUE_TIME = Histogram(
     "animfleet_job_queue_seconds",
     "Seconds from submission to the start of the job's last delivery",

@@ -6,6 +6,7 @@ import io
 import time
 from dataclasses import dataclass
 
+import redis
 import structlog
 from billiard.exceptions import SoftTimeLimitExceeded
 from PIL import Image
@@ -19,9 +20,12 @@ from animfleet.jobs import (
     JobRecord,
     JobState,
 )
+from animfleet.region.canary import VersionRuns, judge
+from animfleet.region.deployments import Deployments
 from animfleet.region.jobstore import JobNotFound, JobStore, expire_if_overdue
 from animfleet.region.workers import WorkerRegistry
 from animfleet.topology import Region
+from animfleet.versions import is_pinned, sticky_fraction
 from storage import ObjectInfo, ObjectStore, StorageError, StorageUnavailable, output_key
 from workers import metrics as worker_metrics
 from workers.encode import EncodeError, encode_mp4
@@ -29,8 +33,16 @@ from workers.errors import WorkerError
 from workers.heartbeat import Heartbeat
 from workers.model import Animator, ModelError
 from workers.settings import WorkerSettings
+from workers.versions import ModelShelf
 
 log = structlog.stdlib.get_logger("animfleet.worker")
+UNNAMED_MODEL = "worker@local"  # a runner built without a shelf (in-process tests)
+
+# Failures that count against the version that ran the job (a canary that fails these is
+# rolled back); bad input, cancels, deadlines and storage trouble do not.
+VERSION_FAILURES = frozenset(
+    {"model_error", "model_unavailable", "internal_error", "timeout", "worker_lost"}
+)
 
 
 class JobFailed(WorkerError):
@@ -53,6 +65,8 @@ class JobRunner:
     animator: Animator
     worker_name: str
     heartbeat: Heartbeat | None = None
+    # Registry versions beside ``animator`` (the worker's own model); None: only its own.
+    shelf: ModelShelf | None = None
 
     def run(self, job_id: str) -> None:
         """Run ``job_id`` to a terminal state; never raises for a job-level failure."""
@@ -163,9 +177,13 @@ class JobRunner:
 
             self.store.update(record.id, progress)
 
+        try:
+            animator = self.shelf.get(params.model_version)[1] if self.shelf else self.animator
+        except ModelError as error:
+            raise JobFailed("model_unavailable", str(error)) from error
         started = time.perf_counter()
         try:
-            frames = self.animator.animate(image, params, on_step)
+            frames = animator.animate(image, params, on_step)
         except ModelError as error:
             raise JobFailed("model_error", str(error)) from error
         inferred = time.perf_counter()
@@ -211,7 +229,9 @@ class JobRunner:
 
     def _start(self, bound: structlog.stdlib.BoundLogger, job_id: str) -> JobRecord | None:
         """Mark the job running, in one transaction with the checks that allow it: a job
-        canceled or expired since it was read is not started (and that is no error)."""
+        canceled or expired since it was read is not started (and that is no error).
+        The record names the version that runs it (see :meth:`_version_now`)."""
+        version = self._version_now(bound, job_id)
 
         def change(record: JobRecord) -> None:
             if record.status.terminal:
@@ -219,6 +239,8 @@ class JobRunner:
             record.transition(JobState.RUNNING)
             record.worker = self.worker_name
             record.progress.step = 0
+            if version != record.params.model_version:
+                record.params = record.params.model_copy(update={"model_version": version})
 
         try:
             record = self.store.update(job_id, change)
@@ -228,6 +250,23 @@ class JobRunner:
         bound.info("job.transition", status=JobState.RUNNING.value, attempts=record.attempts)
         worker_metrics.job_started(record)
         return record
+
+    def _version_now(self, bound: structlog.stdlib.BoundLogger, job_id: str) -> str:
+        """The version to run: the one picked at submit, unless its deployment has rolled it
+        back since (then the deployment picks again); the worker's own model when none."""
+        record = self.store.get(job_id)
+        picked, model = record.params.model_version, record.params.model
+        if picked is None:
+            return self.shelf.own_label if self.shelf else UNNAMED_MODEL
+        if model is None or is_pinned(model):
+            return picked
+        deployment = Deployments(self.store.redis, self.region.name).get(model)
+        if deployment is None or deployment.versions.get(picked, 0.0) > 0:
+            return picked
+        repicked = deployment.pick(sticky_fraction(job_id))
+        if repicked != picked:
+            bound.info("job.version_repicked", deployment=model, was=picked, now=repicked)
+        return repicked
 
     def _finish(
         self,
@@ -250,6 +289,7 @@ class JobRunner:
             bound.warning("job.finish_refused", wanted=state.value, reason=str(refused))
             return
         worker_metrics.job_finished(record)
+        self._observe_version(bound, record)
         bound.info(
             "job.transition",
             status=state.value,
@@ -258,6 +298,36 @@ class JobRunner:
             output_key=output.key if output else None,
             **record.metrics.model_dump(exclude_none=True),
         )
+
+    def _observe_version(self, bound: structlog.stdlib.BoundLogger, record: JobRecord) -> None:
+        """Count the outcome against the version that ran the job, then let its deployment
+        judge its canaries (a rollback is logged and counted here, where it happened)."""
+        version = record.params.model_version
+        failed = record.error is not None and record.error.code in VERSION_FAILURES
+        if version is None or not (record.status is JobState.SUCCEEDED or failed):
+            return
+        seconds = (record.completed_at or 0.0) - (record.started_at or record.completed_at or 0.0)
+        worker_metrics.VERSION_OUTCOMES.labels(
+            self.region.name, version, "failed" if failed else "succeeded"
+        ).inc()
+        try:
+            VersionRuns(self.store.redis, self.region.name).record(
+                version, record.id, not failed, seconds
+            )
+            model = record.params.model
+            if model is None or is_pinned(model):
+                return
+            for event in judge(self.store.redis, self.region.name, model):
+                worker_metrics.ROLLBACKS.labels(self.region.name, model, str(event.version)).inc()
+                bound.warning(
+                    "deployment.rolled_back",
+                    deployment=model,
+                    version=event.version,
+                    reason=event.reason,
+                    failed_jobs=event.failed_jobs,
+                )
+        except redis.RedisError as error:  # the job's own outcome is recorded already
+            bound.warning("deployment.outcome_unrecorded", version=version, error=str(error))
 
 
 def check_decodes(image: bytes) -> None:

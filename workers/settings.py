@@ -24,6 +24,13 @@ class WorkerSettings(EnvSettings):
         default=DEFAULT_MODEL_DIR,
         validation_alias=AliasChoices("ANIMFLEET_WORKER_MODEL_DIR", "ANIMFLEET_MODEL_DIR"),
     )
+    # Model versions (name@version, comma-separated) fetched, verified and loaded before the
+    # worker takes jobs; it runs any other version of its region's registry on first use.
+    models: str = Field(default="", pattern=r"^[a-z0-9@._,\s-]*$")
+    # Where fetched versions live on disk, one directory per content hash.
+    model_cache: Path = Path("run/model-cache")
+    # Registry versions held in memory at once (the least recently used is dropped).
+    max_models: int = Field(default=4, ge=1, le=64)
     # This worker's Celery node name; None: the host name and process id.
     name: str | None = None
     # "module:Class", an Animator subclass to serve instead of the diffusers pipeline.

@@ -78,6 +78,11 @@ class AsyncAnimfleet:
         answer = await self._call("POST", "/v1/jobs/batch", json={"jobs": items})
         return [BatchResult.model_validate(result) for result in answer["results"]]
 
+    async def models(self) -> dict[str, Any]:
+        """The region's deployments (current weights) and versions: what ``model=`` takes."""
+        answer: dict[str, Any] = await self._call("GET", "/v1/models")
+        return answer
+
     async def get(self, job_id: str, *, wait: float | None = None) -> Job:
         headers = {"Prefer": f"wait={min(int(wait), _core.MAX_PREFER_WAIT_S)}"} if wait else {}
         return Job.model_validate(await self._call("GET", f"/v1/jobs/{job_id}", headers=headers))

@@ -62,7 +62,8 @@ class Animfleet:
         wait: float | None = None,
         **options: Any,
     ) -> Job:
-        """Enqueue a job (``options``: frames, fps, size, seed, webhook, deadline, metadata...).
+        """Enqueue a job (``options``: frames, fps, size, seed, model, webhook, deadline,
+        metadata...); ``model`` is a deployment or a pinned ``name@version``.
         ``wait``: answer once it finished or after that many seconds (at most 60)."""
         headers = {"Idempotency-Key": idempotency_key or _core.new_idempotency_key()}
         if wait:
@@ -76,6 +77,11 @@ class Animfleet:
         items = [_core.batch_item(job) for job in jobs]
         answer = self._call("POST", "/v1/jobs/batch", json={"jobs": items})
         return [BatchResult.model_validate(result) for result in answer["results"]]
+
+    def models(self) -> dict[str, Any]:
+        """The region's deployments (current weights) and versions: what ``model=`` takes."""
+        answer: dict[str, Any] = self._call("GET", "/v1/models")
+        return answer
 
     def get(self, job_id: str, *, wait: float | None = None) -> Job:
         headers = {"Prefer": f"wait={min(int(wait), _core.MAX_PREFER_WAIT_S)}"} if wait else {}

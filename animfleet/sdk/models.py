@@ -58,6 +58,7 @@ class Job(_Body):
     output: Output | None = None
     error: JobError | None = None
     input: dict[str, Any] = Field(default_factory=dict)
+    model_version: str | None = None  # name@version that runs or ran the job
     start_deadline: float | None = None
     deadline: float | None = None
     webhook: str | None = None

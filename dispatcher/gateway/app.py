@@ -16,7 +16,7 @@ from animfleet import logs
 from animfleet.topology import Topology
 from dispatcher import metrics
 from dispatcher.client import Client
-from dispatcher.gateway import errors, events, listing, options, playground
+from dispatcher.gateway import errors, events, listing, models, options, playground
 from dispatcher.gateway.bodylimit import BodyLimit
 from dispatcher.gateway.routes import router
 from dispatcher.gateway.runtime import Runtime
@@ -46,6 +46,7 @@ def create_app(client: Client, settings: GatewaySettings) -> FastAPI:
     app.include_router(listing.router)  # GET /v1/jobs before the job routes' templates
     app.include_router(router)
     app.include_router(events.router)
+    app.include_router(models.router)
     app.include_router(playground.router)
     app.include_router(options.router)
 

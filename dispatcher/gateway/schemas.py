@@ -13,6 +13,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from animfleet.jobs import MAX_PRIORITY
 from animfleet.jobview import JobView
+from animfleet.versions import MODEL_FIELD
 from dispatcher.inputs import MAX_DEADLINE_S, MAX_PROMPT_CHARS
 
 
@@ -93,6 +94,11 @@ class JobRequest(BaseModel):
         json_schema_extra=_default(None),
     )
     variant: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")
+    model: str | None = Field(
+        default=None,
+        pattern=MODEL_FIELD,
+        description='a deployment ("default" when omitted) or a pinned version "name@version"',
+    )
     webhook: str | None = Field(
         default=None, max_length=2048, description="URL that receives signed events"
     )

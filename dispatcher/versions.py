@@ -1,0 +1,99 @@
+"""Which model version a job runs: the dispatcher's pick from its region's deployments.
+
+A job names a deployment (``model="rollout"``; ``default`` when it names nothing and the region
+has one) or pins a version (``model="animfleet-small-distilled@3"``). The pick is sticky: the
+same idempotency key (or client-chosen id) always lands on the same version while the weights
+stand, so a retried submit gets what the first one got. Deployments and the catalog are read
+from the region's Redis and kept for ``ttl_s``: a rollback reaches new submits within that,
+and a worker re-picks a rolled-back version's queued job when it starts it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import redis
+
+from animfleet.region.catalog import CatalogEntry, ModelCatalog
+from animfleet.region.deployments import Deployment, Deployments
+from animfleet.versions import DEFAULT_DEPLOYMENT, is_pinned, sticky_fraction
+from dispatcher.inputs import InvalidInput
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What decided (``model``: a deployment or a pinned ref; ``None``: the worker's own model)
+    and the version picked (``None`` with it)."""
+
+    model: str | None
+    version: str | None
+
+
+WORKER_MODEL = Choice(None, None)  # no deployment: the worker serves its own model
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    at: float
+    deployments: dict[str, Deployment]
+    versions: frozenset[str]
+
+
+class VersionChooser:
+    """Picks versions for jobs of any region, from a short-lived copy of its deployments."""
+
+    def __init__(self, redis_of: Callable[[str], redis.Redis], ttl_s: float = 1.0) -> None:
+        self.redis_of, self.ttl_s = redis_of, ttl_s
+        self._snapshots: dict[str, _Snapshot] = {}
+        self._lock = threading.Lock()
+
+    def _snapshot(self, region: str) -> _Snapshot:
+        with self._lock:
+            held = self._snapshots.get(region)
+        if held is not None and time.monotonic() - held.at < self.ttl_s:
+            return held
+        client = self.redis_of(region)
+        fresh = _Snapshot(
+            time.monotonic(),
+            Deployments(client, region).all(),
+            frozenset(ModelCatalog(client, region).refs()),
+        )
+        with self._lock:
+            self._snapshots[region] = fresh
+        return fresh
+
+    def choose(self, region: str, model: str | None, sticky_key: str) -> Choice:
+        """The version for a job of ``region``; raises :class:`InvalidInput` (field ``model``)
+        for a deployment or version the region does not have."""
+        snapshot = self._snapshot(region)
+        if model is None:
+            default = snapshot.deployments.get(DEFAULT_DEPLOYMENT)
+            if default is None:
+                return Choice(None, None)
+            return Choice(DEFAULT_DEPLOYMENT, default.pick(sticky_fraction(sticky_key)))
+        if is_pinned(model):
+            if model not in snapshot.versions:
+                known = ", ".join(sorted(snapshot.versions)) or "none"
+                raise InvalidInput(
+                    "model", f"region {region} has no version {model!r} (it has: {known})"
+                )
+            return Choice(model, model)
+        deployment = snapshot.deployments.get(model)
+        if deployment is None:
+            known = ", ".join(sorted(snapshot.deployments)) or "none"
+            raise InvalidInput(
+                "model", f"region {region} has no deployment {model!r} (it has: {known})"
+            )
+        return Choice(model, deployment.pick(sticky_fraction(sticky_key)))
+
+    def listing(self, region: str) -> tuple[dict[str, Deployment], list[CatalogEntry]]:
+        """``region``'s deployments and registry versions, read now (``GET /v1/models``)."""
+        client = self.redis_of(region)
+        return Deployments(client, region).all(), ModelCatalog(client, region).entries()
+
+    def serves(self, region: str, version: str | None) -> bool:
+        """Whether ``region`` can run ``version`` (any region runs its workers' own model)."""
+        return version is None or version in self._snapshot(region).versions
