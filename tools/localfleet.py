@@ -342,6 +342,7 @@ class LocalFleet:
             "ANIMFLEET_MODEL_DIR": str(self.model_dir),
             "ANIMFLEET_WORKER_NAME": name,
             "ANIMFLEET_TORCH_THREADS": "1",
+            "ANIMFLEET_WORKER_MODEL_CACHE": str(self.root / "model-cache" / name),
             **({"ANIMFLEET_WORKER_ANIMATOR": self.animator} if self.animator else {}),
             **self.worker_env,
         }
