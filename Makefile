@@ -168,8 +168,8 @@ eval: venv
 # PCA slimming of the served student: per-layer widths keeping 70/80/90% of each layer's filter
 # variance, and uniform widths at the same parameter counts (the control), each initialised from
 # the student's kept channels and distilled from it (resumable; state in run/slim, targets shared
-# by all arms). eval-slim: all arms and the student interleaved in one run (out/slim); the
-# fastest arm that meets the bar is shipped as models/animfleet-small-slim with its card.
+# by all arms). eval-slim: all arms and the student interleaved in one run (out/slim); of the
+# arms that meet the bar, the closest to ground truth is shipped as models/animfleet-small-slim.
 .PHONY: slim eval-slim
 slim: venv
 	$(TRAIN_ENV) $(PY) -m tools.cli slim train --run run/slim

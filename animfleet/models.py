@@ -1,7 +1,9 @@
 """The models the project trains and ships (``models/``, each with a README model card).
 
 ``animfleet-small`` is the teacher (three guided passes per step); ``animfleet-small-distilled``
-is its guidance- and step-distilled student (one pass, 8 steps), served by default.
+is its guidance- and step-distilled student (one pass, 8 steps), served by default;
+``animfleet-small-slim`` is that student with fewer channels per layer, chosen by a PCA of its
+filters (``animfleet slim``). Any of them is selected by name (:func:`resolve_model`).
 """
 
 from __future__ import annotations

@@ -251,7 +251,7 @@ def add_slim_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--steps", type=int, default=1200, help="distillation steps per arm")
     parser.add_argument("--minutes", type=float, help="stop training after this long in all")
-    parser.add_argument("--per-family", type=int, default=32, help="eval: held-out clips")
+    parser.add_argument("--per-family", type=int, default=64, help="eval: held-out clips")
     parser.add_argument("--out", default="out/slim", help="eval: report directory")
     parser.add_argument(
         "--ship",

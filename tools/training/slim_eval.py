@@ -153,9 +153,10 @@ def check_bar(row: dict[str, Any]) -> dict[str, bool]:
 
 
 def best_arm(rows: dict[str, dict[str, Any]]) -> str | None:
-    """The fastest slimmed arm that meets the whole bar (ties: higher PSNR), else None."""
+    """Of the slimmed arms that meet the whole bar, the closest to ground truth (PSNR), else
+    None. Speed only has to clear the bar: arms of one size differ in it by the machine's noise."""
     passing = [n for n, r in rows.items() if n != STUDENT and all(check_bar(r).values())]
-    return max(passing, key=lambda n: (rows[n]["speedup"], rows[n]["psnr_vs_truth"]), default=None)
+    return max(passing, key=lambda n: rows[n]["psnr_vs_truth"], default=None)
 
 
 def compare_methods(rows: dict[str, dict[str, Any]], shares: tuple[float, ...]) -> list[str]:
