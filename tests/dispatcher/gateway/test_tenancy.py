@@ -142,14 +142,19 @@ def test_listing_is_per_tenant_newest_first_and_pages_stay_stable(
 
 
 def _read_events(
-    response: httpx.Response, stop_after: int | None = None
+    response: httpx.Response,
+    stop_after: int | None = None,
+    after_first: Callable[[], None] | None = None,
 ) -> list[tuple[str, str, dict[str, object]]]:
+    """Events until ``stop_after`` (or the end); ``after_first`` runs once the first arrived."""
     events: list[tuple[str, str, dict[str, object]]] = []
     fields: dict[str, str] = {}
     for line in response.iter_lines():
         if line == "":
             if "data" in fields:
                 events.append((fields.get("id", ""), fields["event"], json.loads(fields["data"])))
+                if len(events) == 1 and after_first is not None:
+                    after_first()
                 if stop_after is not None and len(events) == stop_after:
                     return events
             fields = {}
@@ -184,8 +189,9 @@ def test_events_follow_a_job_in_order_and_resume_after_the_last_id(
     worker = threading.Thread(target=work)
     with httpx.stream("GET", url, headers=_auth(key), timeout=30) as response:
         assert response.headers["content-type"].startswith("text/event-stream")
-        worker.start()
-        seen = _read_events(response, stop_after=3)
+        # The job runs once the stream has shown it queued (a loaded machine could otherwise
+        # start it before the stream's first read, which then never sees it queued).
+        seen = _read_events(response, stop_after=3, after_first=worker.start)
     worker.join()
     assert [e[1] for e in seen] == ["queued", "started", "progress"]
 
