@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: venv lock browser test-sdk fuzz-api demo test test-unit test-e2e test-faults loadtest lint typecheck clean bench \
 	bench-model bench-overhead bench-gateway bench-dispatch simulate bench-scale \
-	tune-model compile-model bench-boot eval-served
+	tune-model compile-model bench-boot bench-versions eval-served
 
 TORCH := torch==2.13.0
 LOCK := requirements.lock
@@ -133,6 +133,11 @@ compile-model: venv
 # Worker boot to first job: AOT artifact vs torch.compile at boot (cold cache) vs eager.
 bench-boot: venv
 	$(PY) -m benchmarks.boot_bench --model $(SERVED_MODEL)
+
+# One worker pool serving two resident versions vs one version vs a worker reloading on every
+# version switch, interleaved in one run; PASS when the pool costs <= 1.10x per job.
+bench-versions: venv
+	$(PY) -m benchmarks.versions_pool --model $(SERVED_MODEL)
 
 # Motion accuracy of the served configuration vs the fp32 eager model on held-out clips.
 eval-served: venv
