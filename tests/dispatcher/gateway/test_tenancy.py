@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import httpx
 import pytest
@@ -23,6 +24,8 @@ from PIL import Image
 from pydantic import BaseModel
 
 from animfleet.jobs import JobOutput, JobParams, JobProgress, JobRecord, JobState, new_job_id
+from animfleet.region.catalog import CatalogEntry, ModelCatalog
+from animfleet.region.deployments import Deployment, Deployments
 from animfleet.region.jobstore import JobStore
 from animfleet.region.listing import Listing
 from animfleet.region.tenants import Limits, Tenants
@@ -341,3 +344,26 @@ def test_a_tenants_in_flight_limit_and_backlog_cap_hold(gateway: str, db: redis.
 
     for job, headers in ((second, busy), (third, busy), (waiting, capped)):
         httpx.post(f"{gateway}/v1/jobs/{job.json()['id']}/cancel", headers=headers)
+
+
+def test_models_list_what_a_job_may_ask_for_and_jobs_name_their_version(
+    gateway: str, db: redis.Redis
+) -> None:
+    ModelCatalog(db, "tn").add(CatalogEntry(ref="anim@1", hash="a" * 64, bytes=10, files=2))
+    Deployments(db, "tn").put(Deployment(name="web", versions={"anim@1": 1.0}, stable="anim@1"))
+    caller = _auth(Tenants(db).create_key("versions").key)
+    assert httpx.get(f"{gateway}/v1/models").status_code == 401
+    models = httpx.get(f"{gateway}/v1/models", headers=caller).json()
+    assert models["default"] is None and models["versions"][0]["ref"] == "anim@1"
+    assert models["deployments"] == [
+        {"name": "web", "stable": "anim@1", "weights": {"anim@1": 1.0}, "updated_at": ANY}
+    ]
+    body = {"image": _png_uri(), "prompt": "pan left"}
+    for model in ("web", "anim@1"):
+        job = httpx.post(f"{gateway}/v1/jobs", json={**body, "model": model}, headers=caller)
+        assert job.status_code == 202, job.text
+        assert job.json()["model_version"] == "anim@1" and job.json()["input"]["model"] == model
+    unknown = httpx.post(f"{gateway}/v1/jobs", json={**body, "model": "anim@7"}, headers=caller)
+    assert unknown.status_code == 422
+    assert unknown.json()["error"]["field"] == "model"
+    assert "no version 'anim@7'" in unknown.json()["error"]["message"]
