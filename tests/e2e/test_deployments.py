@@ -127,10 +127,13 @@ def test_a_canary_failing_every_job_is_rolled_back(
     assert after is not None and after.versions[BROKEN] == 0.0
     (rollback,) = [e for e in deployments.events(deployment="risky") if e.kind == "rollback"]
     print(f"\nrolled back after {len(failed)} failed jobs: {rollback.reason}")
-    # One worker runs east's jobs in turn and judges after each: the rollback came at the
-    # min_samples-th failure, and it names exactly the jobs the canary failed.
-    assert len(failed) == min_samples
-    assert sorted(rollback.failed_jobs) == sorted(r.id for r in failed)
+    # Each worker judges after each job it ends, so the rollback came at the min_samples-th
+    # failure; only jobs other east workers were running by then can fail after it (with the
+    # fleet's one east worker: exactly min_samples), and it names the jobs the canary failed.
+    others = len(versions.heartbeats("east")) - 1
+    assert min_samples <= len(failed) <= min_samples + others
+    assert min_samples <= len(rollback.failed_jobs) <= min_samples + others
+    assert set(rollback.failed_jobs) <= {r.id for r in failed}
     assert all(r.params.model_version == STABLE for r in records if r.status is JobState.SUCCEEDED)
     later = [
         client.submit(image, "sway", home_region="east", model="risky", **SMALL).id
