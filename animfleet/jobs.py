@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from animfleet.addons import AddonUse
 from animfleet.errors import AnimfleetError, PermanentError
 
 JOB_ID_TOKEN_BYTES = 16
@@ -131,6 +132,8 @@ class JobParams(BaseModel):
     model: str | None = None
     # The version that runs (or ran) the job: chosen at submit, or the worker's own model's.
     model_version: str | None = None
+    # Motion add-ons the job runs with (none: exactly the base model); checked at submit.
+    addons: tuple[AddonUse, ...] = ()
 
 
 class WebhookAttempt(BaseModel):

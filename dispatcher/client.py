@@ -37,6 +37,7 @@ from animfleet.region.outbox import WebhookDelivery, replay_last
 from animfleet.region.status import RegionStatus, read_region_status
 from animfleet.topology import Region, Topology
 from dispatcher import batch, metrics, records
+from dispatcher.addons import AddonChecker
 from dispatcher.admission import AdmissionSettings, AtCapacity, BacklogFull
 from dispatcher.enqueue import RegionQueue
 from dispatcher.errors import DispatcherError
@@ -129,6 +130,7 @@ class Client:
         self.routing.start()
         self.placement = Placement(self.topology.names, self.routing, self.admission)
         self.versions = VersionChooser(lambda region: self._link(region).store.redis)
+        self.addons = AddonChecker(lambda region: self._link(region).store.redis)
 
     def _link(self, region: str) -> _RegionLink:
         if region not in self._links:
@@ -155,7 +157,7 @@ class Client:
         """Validate, record and enqueue one job; returns at once with its handle.
 
         ``options`` are the optional fields of :class:`dispatcher.inputs.AnimationRequest`
-        (frames, fps, width, height, seed, steps, variant, model, webhook_events_filter,
+        (frames, fps, width, height, seed, steps, variant, model, addons, webhook_events_filter,
         start_deadline and deadline in seconds from now, metadata, tenant, priority).
         ``model``: a deployment of the home region or a pinned ``name@version``; the version
         picked is on the record (``params.model_version``), sticky by ``idempotency_key``.
@@ -188,12 +190,15 @@ class Client:
         fingerprint = records.fingerprint(image, request, home)
         sticky = idempotency_key or job_id or secrets.token_hex(8)
         choice = self.versions.choose(home, request.model, sticky)
+        self.addons.check(home, request.addons)
         outcome: list[JobHandle] = []
         waiting: list[str] = []  # this job's entry in its home's waiting set, once it waits
 
         def try_admit(target: str) -> bool:
             if not self.versions.serves(target, choice.version):
                 return False  # that region's registry lacks the version: not a place for it
+            if not self.addons.serves(target, request.addons):
+                return False  # nor is a region whose workers lack a requested add-on
             handle = self._admit(
                 target,
                 home,

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from PIL import Image, UnidentifiedImageError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from animfleet.addons import AddonUse, check_addons
 from animfleet.errors import PermanentError
 from animfleet.jobs import DEFAULT_PRIORITY, DEFAULT_TENANT, MAX_PRIORITY
 from animfleet.versions import MODEL_FIELD
@@ -91,6 +92,8 @@ class AnimationRequest(BaseModel):
     # A deployment of the region ("default" when omitted and the region has one) or a pinned
     # version "name@version"; checked against the region when the job is placed.
     model: str | None = Field(default=None, pattern=MODEL_FIELD)
+    # Motion add-ons by name and strength; checked against the region when the job is placed.
+    addons: tuple[AddonUse, ...] = ()
     webhook_url: str | None = Field(default=None, max_length=2048)
     webhook_events_filter: list[Literal["start", "progress", "completed"]] | None = Field(
         default=None, min_length=1, max_length=3
@@ -111,6 +114,11 @@ class AnimationRequest(BaseModel):
         if any(ord(ch) < 32 and ch not in "\t\n" for ch in value):
             raise ValueError("must not contain control characters")
         return value
+
+    @field_validator("addons")
+    @classmethod
+    def _few_distinct_addons(cls, value: tuple[AddonUse, ...]) -> tuple[AddonUse, ...]:
+        return check_addons(value)
 
     @field_validator("metadata")
     @classmethod

@@ -41,6 +41,7 @@ def new_record(
             variant=request.variant,
             model=choice.model,
             model_version=choice.version,
+            addons=request.addons,
         ),
         webhook_url=request.webhook_url,
         webhook_events=list(request.webhook_events_filter or WEBHOOK_EVENTS),
@@ -55,6 +56,9 @@ def new_record(
 def fingerprint(image: bytes, request: AnimationRequest, home: str) -> str:
     """What makes two submissions "the same request" for idempotency."""
     digest = hashlib.sha256(bytes(image))
-    digest.update(request.model_dump_json().encode())
+    # Without add-ons, the JSON of requests from before they existed: their keys still match.
+    digest.update(
+        request.model_dump_json(exclude={"addons"} if not request.addons else None).encode()
+    )
     digest.update(home.encode())
     return digest.hexdigest()

@@ -69,6 +69,9 @@ DEPLOYMENTS = KEY_PREFIX + "deployments:"  # + region -> hash name -> JSON deplo
 DEPLOY_EVENTS = KEY_PREFIX + "deploy-events:"  # + region -> list of JSON events, newest first
 VERSION_RUNS = KEY_PREFIX + "version-runs:"  # + region + ":" + version -> zset outcome -> time
 
+# Motion add-ons the region's workers serve (:mod:`.addons`), advertised by each worker at boot.
+ADDONS_SERVED = KEY_PREFIX + "addons:"  # + region -> zset add-on name -> time last advertised
+
 # A finished job's record is kept this long; its input bytes only until it is terminal.
 RECORD_TTL_S = 7 * 24 * 3600
 INPUT_TTL_S = 2 * 24 * 3600

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from animfleet.addons import MAX_ADDONS, AddonUse
 from animfleet.jobs import MAX_PRIORITY
 from animfleet.jobview import JobView
 from animfleet.versions import MODEL_FIELD
@@ -98,6 +99,12 @@ class JobRequest(BaseModel):
         default=None,
         pattern=MODEL_FIELD,
         description='a deployment ("default" when omitted) or a pinned version "name@version"',
+    )
+    addons: list[AddonUse] | None = Field(
+        default=None,
+        max_length=MAX_ADDONS,
+        description="motion add-ons by name with a strength (0-2), each at most once",
+        examples=[[{"name": "shake", "scale": 1.0}]],
     )
     webhook: str | None = Field(
         default=None, max_length=2048, description="URL that receives signed events"
