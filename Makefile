@@ -143,6 +143,22 @@ bench-versions: venv
 eval-served: venv
 	$(PY) -m tools.serving.evaluate --model $(SERVED_MODEL)
 
+# Motion add-ons (LoRAs on the served student, trained with peft; resumable, state in
+# run/addons/<name>): train, export to models/addons/<name> with its card, evaluate on held-out
+# scenes. bench-addons: base job vs 1 and 2 add-ons on parallel branches vs the naive
+# load-fuse-run-unfuse, interleaved, with the bar's PASS/FAIL.
+.PHONY: train-addons bench-addons
+ADDON_FLAGS := --steps 600 --rank 8 --learning-rate 0.01 --flow-weight 30
+train-addons: venv
+	for motion in shake orbit; do ANIMFLEET_TORCH_THREADS=1 $(PY) -m tools.training.addons_cli \
+		train --motion $$motion --run run/addons/$$motion --out models/addons/$$motion \
+		$(ADDON_FLAGS) || exit 1; done
+	ANIMFLEET_TORCH_THREADS=1 $(PY) -m tools.training.addons_cli train --motion pulse \
+		--run run/addons/pulse --out models/addons/pulse --steps 300
+
+bench-addons: venv
+	$(PY) -m benchmarks.addons_bench
+
 # The shipped model (models/animfleet-small): train in resumable stretches (state in run/train/small;
 # re-running continues), export the EMA weights, evaluate on the held-out clips. The malloc
 # thresholds (4 GiB mmap, 64 GiB trim) keep glibc from returning freed tensor buffers to the OS
@@ -170,17 +186,19 @@ eval-distill: venv
 eval: venv
 	$(TRAIN_ENV) $(PY) -m tools.cli eval --model models/animfleet-small --out out/eval --card
 
-# PCA slimming of the served student: per-layer widths keeping 70/80/90% of each layer's filter
-# variance, and uniform widths at the same parameter counts (the control), each initialised from
-# the student's kept channels and distilled from it (resumable; state in run/slim, targets shared
-# by all arms). eval-slim: all arms and the student interleaved in one run (out/slim); of the
-# arms that meet the bar, the closest to ground truth is shipped as models/animfleet-small-slim.
+# PCA slimming of the served student: per-layer widths keeping 70% and 80% of each layer's
+# filter variance, and uniform widths at the same parameter counts (the control), each initialised
+# from the student's kept channels and distilled from it (resumable; state in run/slim, targets
+# shared by all arms). eval-slim: all arms and the student interleaved in one run (out/slim); of
+# the arms that meet the bar, the closest to ground truth is shipped as models/animfleet-small-slim.
 .PHONY: slim eval-slim
+SLIM_SHARES ?= 0.7,0.8
 slim: venv
-	$(TRAIN_ENV) $(PY) -m tools.cli slim train --run run/slim
+	$(TRAIN_ENV) $(PY) -m tools.cli slim train --run run/slim --shares $(SLIM_SHARES)
 
 eval-slim: venv
-	$(TRAIN_ENV) $(PY) -m tools.cli slim eval --run run/slim --out out/slim --ship
+	$(TRAIN_ENV) $(PY) -m tools.cli slim eval --run run/slim --shares $(SLIM_SHARES) \
+		--out out/slim --ship
 
 clean:
 	rm -rf run out .pytest_cache .mypy_cache .ruff_cache

@@ -120,19 +120,22 @@ def filter_rows(layer: nn.Module) -> torch.Tensor:
     return torch.cat([weight, bias], dim=1)
 
 
+def _spectrum(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The centred rows' principal variances (descending) and each row's coordinates along the
+    principal axes (unscaled), from the rows' Gram matrix: channels are few, fan-ins long."""
+    centred = rows - rows.mean(dim=0, keepdim=True)
+    energy, axes = torch.linalg.eigh(centred @ centred.T)
+    return energy.flip(0).clamp_min(0), axes.flip(1)
+
+
 def variance_shares(rows: torch.Tensor) -> torch.Tensor:
     """Cumulative share of the rows' variance kept by the first 1, 2, ... principal components
     (as many entries as rows; the last is 1)."""
-    centred = rows - rows.mean(dim=0, keepdim=True)
-    energy = torch.linalg.svdvals(centred) ** 2
-    shares = torch.zeros(rows.shape[0], dtype=torch.float64)
+    energy = _spectrum(rows)[0]
     total = float(energy.sum())
     if total == 0:
-        return shares + 1
-    cumulative = torch.cumsum(energy, 0) / total
-    shares[: len(cumulative)] = cumulative
-    shares[len(cumulative) :] = 1.0
-    return shares
+        return torch.ones(rows.shape[0], dtype=torch.float64)
+    return (torch.cumsum(energy, 0) / total).clamp(max=1.0)
 
 
 def pca_width(rows: torch.Tensor, share: float) -> int:
@@ -155,9 +158,8 @@ def select_channels(rows: torch.Tensor, count: int) -> list[int]:
     column-pivoted QR (Gram-Schmidt) on their principal coordinates, returned sorted."""
     if count >= rows.shape[0]:
         return list(range(rows.shape[0]))
-    centred = rows - rows.mean(dim=0, keepdim=True)
-    left, singular, _ = torch.linalg.svd(centred, full_matrices=False)
-    coordinates = (left[:, :count] * singular[:count]).clone()  # (channels, count)
+    energy, axes = _spectrum(rows)
+    coordinates = (axes[:, :count] * energy[:count].sqrt()).clone()  # (channels, count)
     chosen: list[int] = []
     for _ in range(count):
         norms = coordinates.norm(dim=1)

@@ -50,8 +50,9 @@ slim_distill.py`, the distillation of `animfleet distill`): its 8-step samples o
 of its 8- and 4-step schedules and uniform timesteps; {steps:,} steps of batch {batch_size},
 AdamW {learning_rate:g} with warm-up and cosine decay, EMA {ema_decay} (exported).
 
-Training cost: teacher targets {target_minutes:.1f} min (once, shared by every arm of the
-comparison), this arm {train_minutes:.1f} min on one CPU thread.
+Training cost, on one CPU thread of a machine shared with other work: teacher targets
+{target_minutes:.1f} min (sampled once, shared by every arm of the comparison), this arm
+{train_minutes:.1f} min; every arm: {arm_minutes}.
 
 ![distillation loss](loss.png)
 
@@ -60,6 +61,16 @@ comparison), this arm {train_minutes:.1f} min on one CPU thread.
 `make eval-slim` (`animfleet slim eval`), one run; `slim_eval.json` beside this card.
 
 {table}
+
+## PCA widths against uniform widths
+
+{finding}
+
+Why the FLOPs differ at equal parameters: a layer's parameters grow with its width squared
+whatever its resolution, its FLOPs also with its resolution. The U-Net's deep levels hold most
+of the parameters at a sixteenth or less of the first level's pixels, so widths that keep a
+full-resolution level wider and cut a deep one harder cost more FLOPs per parameter, and on
+this CPU the latency follows the FLOPs only loosely (fixed per-call work does not shrink).
 
 ## Limits
 
@@ -104,7 +115,61 @@ def write_slim_card(model_dir: Path, report: dict[str, Any], table: str) -> Path
         target_minutes=summary["target_seconds"] / 60,
         train_minutes=summary["train_seconds"] / 60,
         table=table,
+        finding=finding(report),
+        arm_minutes=", ".join(
+            f"{name} {row['train_minutes']:.1f} min"
+            for name, row in report["rows"].items()
+            if "train_minutes" in row
+        ),
     )
     path = model_dir / "README.md"
     path.write_text(card)
     return path
+
+
+def finding(report: dict[str, Any]) -> str:
+    """The PCA-vs-uniform verdict from the table, whichever way it falls."""
+    rows = report["rows"]
+    lines, verdicts = [], []
+    for share in report["settings"]["shares"]:
+        pca, uniform = (
+            rows.get(f"pca-{round(share * 100)}"),
+            rows.get(f"uniform-{round(share * 100)}"),
+        )
+        if pca is None or uniform is None:
+            continue
+        gap = pca["psnr_vs_truth"] - uniform["psnr_vs_truth"]
+        worst = min(min(pca["motion_accuracy"].values()), min(uniform["motion_accuracy"].values()))
+        verdicts.append("tie" if abs(gap) <= 0.05 else "pca" if gap > 0 else "uniform")
+        lines.append(
+            f"- {share:.0%}: PCA {pca['parameters']:,} parameters, "
+            f"{pca['mflops_per_unet_call']:.0f} MFLOPs, {pca['speedup']:.2f}x, "
+            f"{pca['psnr_vs_truth']:.2f} dB; uniform {uniform['parameters']:,} parameters, "
+            f"{uniform['mflops_per_unet_call']:.0f} MFLOPs, {uniform['speedup']:.2f}x, "
+            f"{uniform['psnr_vs_truth']:.2f} dB ({gap:+.3f} dB for PCA); lowest family motion "
+            f"accuracy of the two {worst:.1%}."
+        )
+    if verdicts and all(v == "tie" for v in verdicts):
+        head = (
+            "**PCA widths do not beat uniform widths at equal parameters here.** At every share"
+            " the two arms are within 0.05 dB PSNR of each other against ground truth (and of"
+            " the current student within half a dB), with the same motion accuracy:"
+        )
+    elif verdicts and all(v == "pca" for v in verdicts):
+        head = "**PCA widths beat uniform widths at equal parameters** (PSNR vs truth):"
+    elif verdicts and all(v == "uniform" for v in verdicts):
+        head = "**Uniform widths beat PCA widths at equal parameters** (PSNR vs truth):"
+    else:
+        head = "**Mixed: neither width choice wins at every share** (PSNR vs truth):"
+    pairs = [
+        (rows[f"pca-{round(x * 100)}"], rows[f"uniform-{round(x * 100)}"])
+        for x in report["settings"]["shares"]
+        if f"pca-{round(x * 100)}" in rows and f"uniform-{round(x * 100)}" in rows
+    ]
+    costlier = sum(p["mflops_per_unet_call"] > u["mflops_per_unet_call"] for p, u in pairs)
+    slower = sum(p["speedup"] < u["speedup"] for p, u in pairs)
+    cost = (
+        f"At equal parameters the PCA widths cost more FLOPs per U-Net call at {costlier} of "
+        f"{len(pairs)} shares and were slower per video at {slower} of {len(pairs)}."
+    )
+    return "\n".join([head, "", *lines, "", cost])

@@ -166,12 +166,12 @@ def compare_methods(rows: dict[str, dict[str, Any]], shares: tuple[float, ...]) 
         pca, uniform = rows.get(arm_name("pca", share)), rows.get(arm_name("uniform", share))
         if pca is None or uniform is None:
             continue
-        gap = pca["psnr_vs_truth"] - uniform["psnr_vs_truth"]
+        gap = round(pca["psnr_vs_truth"] - uniform["psnr_vs_truth"], 3)
         verdict = "PCA better" if gap > 0.05 else "uniform better" if gap < -0.05 else "a tie"
         lines.append(
             f"{share:.0%} share: PCA {pca['parameters']:,} params, {pca['psnr_vs_truth']:.2f} dB, "
             f"{pca['speedup']:.2f}x; uniform {uniform['parameters']:,} params, "
-            f"{uniform['psnr_vs_truth']:.2f} dB, {uniform['speedup']:.2f}x: {gap:+.2f} dB, "
+            f"{uniform['psnr_vs_truth']:.2f} dB, {uniform['speedup']:.2f}x: {gap:+.3f} dB, "
             f"{verdict} (within 0.05 dB: a tie)"
         )
     return lines
@@ -219,6 +219,11 @@ def run_slim_eval(
             else:
                 print(f"skipping {model}: not trained yet (animfleet slim train)")
     rows = evaluate_arms(arms, per_family)
+    for name, row in rows.items():
+        if name != STUDENT:  # what the arm cost to train, for the card
+            summary = json.loads((arms[name] / "slim.json").read_text())
+            row["train_minutes"] = round(summary["train_seconds"] / 60, 1)
+            row["target_minutes"] = round(summary["target_seconds"] / 60, 1)
     bars = {name: check_bar(row) for name, row in rows.items() if name != STUDENT}
     shipped = best_arm(rows)
     report = {
