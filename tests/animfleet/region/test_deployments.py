@@ -58,7 +58,11 @@ def test_a_canary_failing_every_job_rolls_back_at_min_samples(redis_client: redi
         events += judge(redis_client, "r1", "rollout")
         assert bool(events) == (i == 2)  # judged only once it has min_samples outcomes
     (event,) = events
-    assert (event.kind, event.version, event.failed_jobs) == ("rollback", CANARY, ["c0", "c1", "c2"])
+    assert (event.kind, event.version, event.failed_jobs) == (
+        "rollback",
+        CANARY,
+        ["c0", "c1", "c2"],
+    )
     assert "error rate 100%" in event.reason
     after = deployments.get("rollout")
     assert after is not None and after.versions[CANARY] == 0.0 and after.versions[STABLE] == 90.0
