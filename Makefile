@@ -186,13 +186,13 @@ eval-distill: venv
 eval: venv
 	$(TRAIN_ENV) $(PY) -m tools.cli eval --model models/animfleet-small --out out/eval --card
 
-# PCA slimming of the served student: per-layer widths keeping 70% and 80% of each layer's
+# PCA slimming of the served student: per-layer widths keeping 70, 80 and 90% of each layer's
 # filter variance, and uniform widths at the same parameter counts (the control), each initialised
 # from the student's kept channels and distilled from it (resumable; state in run/slim, targets
 # shared by all arms). eval-slim: all arms and the student interleaved in one run (out/slim); of
 # the arms that meet the bar, the closest to ground truth is shipped as models/animfleet-small-slim.
 .PHONY: slim eval-slim
-SLIM_SHARES ?= 0.7,0.8
+SLIM_SHARES ?= 0.7,0.8,0.9
 slim: venv
 	$(TRAIN_ENV) $(PY) -m tools.cli slim train --run run/slim --shares $(SLIM_SHARES)
 

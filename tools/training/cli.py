@@ -246,7 +246,7 @@ def add_slim_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--shares",
         type=_shares,
-        default=(0.7, 0.8),
+        default=(0.7, 0.8, 0.9),
         help="filter-variance shares to keep, comma-separated",
     )
     parser.add_argument("--steps", type=int, default=1200, help="distillation steps per arm")

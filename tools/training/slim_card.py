@@ -77,6 +77,8 @@ this CPU the latency follows the FLOPs only loosely (fixed per-call work does no
 - Distilled and evaluated at 32x32, as the student was.
 - No `serving_profile.json` yet: a worker serves the safe choice (fp32 eager) until
   `make tune-model SERVED_MODEL={name}` measures one for its device.
+- The PCA-vs-uniform verdict rests on one training run per arm: differences of a few
+  hundredths of a dB are within what another seed could change.
 """
 
 
