@@ -143,6 +143,20 @@ bench-versions: venv
 eval-served: venv
 	$(PY) -m tools.serving.evaluate --model $(SERVED_MODEL)
 
+# Motion add-ons (LoRAs on the served student, trained with peft; resumable, state in
+# run/addons/<name>): train, export to models/addons/<name> with its card, evaluate on held-out
+# scenes. bench-addons: base job vs 1 and 2 add-ons on parallel branches vs the naive
+# load-fuse-run-unfuse, interleaved, with the bar's PASS/FAIL.
+.PHONY: train-addons bench-addons
+ADDON_FLAGS := --steps 600 --rank 8 --learning-rate 0.01 --flow-weight 30
+train-addons: venv
+	for motion in shake pulse orbit; do ANIMFLEET_TORCH_THREADS=1 $(PY) -m \
+		tools.training.addons_cli train --motion $$motion --run run/addons/$$motion \
+		--out models/addons/$$motion $(ADDON_FLAGS) || exit 1; done
+
+bench-addons: venv
+	$(PY) -m benchmarks.addons_bench
+
 # The shipped model (models/animfleet-small): train in resumable stretches (state in run/train/small;
 # re-running continues), export the EMA weights, evaluate on the held-out clips. The malloc
 # thresholds (4 GiB mmap, 64 GiB trim) keep glibc from returning freed tensor buffers to the OS

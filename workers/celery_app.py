@@ -163,6 +163,7 @@ def animate(self: Any, job_id: str) -> None:
 def load_model(**_: Any) -> None:
     """Load the model once per worker process, before it takes its first job."""
     from animfleet.models import resolve_model
+    from animfleet.region.addons import RegionAddons
     from storage import StorageError, open_store
     from workers.heartbeat import Heartbeat
     from workers.model import Animator
@@ -195,6 +196,9 @@ def load_model(**_: Any) -> None:
     for ref in boot_versions(settings):
         shelf.get(ref)
     heartbeat = Heartbeat(store.redis, region.name, worker_name, ",".join(shelf.versions))
+    addons = getattr(animator, "addons", None)  # stand-in animators have none
+    if addons is not None:  # dispatchers accept jobs asking for these from now on
+        RegionAddons(store.redis, region.name).advertise(addons.names())
     process.runner = JobRunner(
         region=region,
         settings=settings,

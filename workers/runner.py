@@ -156,6 +156,9 @@ class JobRunner:
         return WorkerRegistry(self.store.redis, self.region.name).present(str(record.worker))
 
     def _execute(self, record: JobRecord) -> tuple[JobOutput, dict[str, float]]:
+        addons = getattr(self.animator, "addons", None)  # stand-ins and fakes have none
+        if addons is not None and record.params.addons:  # loads overlap the input's download
+            addons.prefetch([use.name for use in record.params.addons])
         image = self.store.input_image(record.id)
         if image is None:
             raise JobFailed("input_missing", "the job's input image is no longer stored")

@@ -16,6 +16,7 @@ from tools.training.motions import (
     FAMILIES,
     SPEEDS,
     Motion,
+    Transform,
     prompt_for,
     transform,
 )
@@ -122,6 +123,11 @@ def source_points(motion: Motion, speed: float, size: int, num_frames: int) -> t
     output pixel ``p'`` is ``exp(-z) R(-a) (p' - t)``.
     """
     moves = [transform(motion, speed, frame, num_frames) for frame in range(num_frames)]
+    return transformed_points(moves, size)
+
+
+def transformed_points(moves: list[Transform], size: int) -> torch.Tensor:
+    """Source points (F, size, size, 2) of per-frame transforms: see :func:`source_points`."""
     shift = torch.tensor([[m.shift_x, m.shift_y] for m in moves]).view(-1, 1, 1, 2)
     cos = torch.tensor([math.cos(m.angle) for m in moves]).view(-1, 1, 1)
     sin = torch.tensor([math.sin(m.angle) for m in moves]).view(-1, 1, 1)

@@ -153,9 +153,7 @@ class TrainingRun(ABC, Generic[C, S]):
             "optimizer": self.optimizer.state_dict(),
             "state": asdict(self.state),
         }
-        tmp = self.run_dir / (CHECKPOINT + ".tmp")
-        torch.save(payload, tmp)
-        os.replace(tmp, self.run_dir / CHECKPOINT)
+        write_checkpoint(self.run_dir, payload)
         if self.state.losses:
             plot_loss(self.state.losses, self.run_dir / "loss.png", **self.plot_labels)
 
@@ -183,6 +181,14 @@ class TrainingRun(ABC, Generic[C, S]):
         if (self.run_dir / "loss.png").exists():
             shutil.copyfile(self.run_dir / "loss.png", directory / "loss.png")
         return directory
+
+
+def write_checkpoint(run_dir: Path, payload: dict[str, Any]) -> None:
+    """Save ``payload`` as the run's checkpoint atomically (a kill mid-write leaves the
+    previous one)."""
+    tmp = run_dir / (CHECKPOINT + ".tmp")
+    torch.save(payload, tmp)
+    os.replace(tmp, run_dir / CHECKPOINT)
 
 
 def run_steps(

@@ -8,6 +8,7 @@ followed. The trajectory is then scored against every prompt motion and ``static
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -139,3 +140,57 @@ def classify(video: torch.Tensor) -> Motion:
     ranked = scores(estimate(video))
     best = max(ranked, key=lambda motion: ranked[motion])
     return best if ranked[best] >= STATIC_BELOW else Motion.STATIC
+
+
+def _reversals(series: torch.Tensor, tolerance: float) -> int:
+    """How often a trajectory turns back, ignoring steps smaller than ``tolerance``."""
+    steps = [float(d) for d in series.diff() if abs(float(d)) >= tolerance]
+    return sum(1 for a, b in itertools.pairwise(steps) if a * b < 0)
+
+
+def addon_scores(trajectory: Trajectory) -> dict[str, float]:
+    """How strongly the clip shows each add-on motion, 2.0 = the add-on's trained size.
+
+    Every add-on motion returns home, so each score is an excursion minus the net
+    displacement: pans, zooms and rotations, which end where they went, score about zero.
+    """
+    from tools.training.addon_motions import (
+        ORBIT_RADIUS,
+        PULSE_LOG_SCALE,
+        SHAKE_AMPLITUDE,
+        WOBBLE_ANGLE,
+        AddonMotion,
+    )
+
+    tx, ty = trajectory.shift_x, trajectory.shift_y
+    zoom, angle = trajectory.log_scale, trajectory.angle
+    x_range = float(tx.max() - tx.min()) - abs(float(tx[-1]))
+    y_range = float(ty.max() - ty.min()) - abs(float(ty[-1]))
+    shake = x_range / SHAKE_AMPLITUDE if _reversals(tx, SHAKE_AMPLITUDE / 4) >= 3 else 0.0
+    return {
+        AddonMotion.SHAKE.value: shake,
+        AddonMotion.PULSE.value: 4 * (float(zoom.max()) - abs(float(zoom[-1]))) / PULSE_LOG_SCALE,
+        AddonMotion.ORBIT.value: min(x_range, y_range) / ORBIT_RADIUS,
+        AddonMotion.WOBBLE.value: 2
+        * (float(angle.abs().max()) - abs(float(angle[-1])))
+        / WOBBLE_ANGLE,
+    }
+
+
+def classify_with_addons(video: torch.Tensor) -> str:
+    """:func:`classify` over the prompt motions and the add-on motions together: the label
+    (a :class:`Motion` or add-on value) the clip shows most strongly, or ``static``.
+
+    A one-axis oscillation (sway, bounce) loses what the clip moves on the other axis, so a
+    circle is not read as a sway.
+    """
+    trajectory = estimate(video)
+    ranked: dict[str, float] = {str(m): s for m, s in scores(trajectory).items()}
+    x_range = float(trajectory.shift_x.max() - trajectory.shift_x.min())
+    y_range = float(trajectory.shift_y.max() - trajectory.shift_y.min())
+    swing = OSCILLATION_AMPLITUDE * SPEEDS["slow"]
+    ranked[Motion.SWAY.value] -= y_range / swing
+    ranked[Motion.BOUNCE.value] -= x_range / swing
+    ranked.update(addon_scores(trajectory))
+    best = max(ranked, key=lambda label: ranked[label])
+    return best if ranked[best] >= STATIC_BELOW else Motion.STATIC.value

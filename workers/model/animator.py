@@ -24,6 +24,7 @@ from animfleet.errors import PermanentError
 from animfleet.jobs import JobParams
 from animfleet.models import resolve_model
 from workers.errors import WorkerError
+from workers.model.addons import AddonError, AddonStore, open_addons
 from workers.model.aot import AOTDenoiser, load_packages
 from workers.model.attention import install_context_dedup
 from workers.model.block_cache import BlockCache, install_block_cache
@@ -174,6 +175,8 @@ class Animator:
         self.block_cache: BlockCache | None = install_block_cache(
             self.pipeline.unet, self.variant.block_cache
         )
+        # Add-ons for this model, loaded in the background from now on (before any job).
+        self.addons: AddonStore | None = open_addons(self.model_dir, self.pipeline, device)
         self.compiled: CompiledModules | AOTDenoiser | None = None
         self.aot_status = "not asked"
         if compile and aot:
@@ -202,6 +205,7 @@ class Animator:
             "compiled": self._compiled_names(),
             "aot": self.aot_status,
             "block_cache": self.variant.block_cache,
+            "addons": self.addons.names() if self.addons else [],
         }
 
     def _compiled_names(self) -> list[str]:
@@ -331,7 +335,7 @@ class Animator:
         """Frames (T, H, W, 3 uint8) for one job; raises :class:`ModelError` on failure."""
         pixels = prepare_image(image, params.width, params.height)
         try:
-            with self._kernels():
+            with self._kernels(), self._addons_active(params):
                 frames: npt.NDArray[np.uint8] = self.pipeline(
                     pixels,
                     params.prompt,
@@ -346,6 +350,18 @@ class Animator:
         except (RuntimeError, ValueError) as error:
             raise ModelError(f"{type(error).__name__}: {error}") from error
         return frames
+
+    def _addons_active(self, params: JobParams) -> contextlib.AbstractContextManager[None]:
+        """The job's add-ons on the U-Net's branches for the call; none: the base model.
+        Raises :class:`ModelError` for an add-on this worker cannot serve."""
+        if not params.addons:
+            return contextlib.nullcontext()
+        if self.addons is None:
+            raise ModelError("this worker's model serves no add-ons")
+        try:
+            return self.addons.activate([(use.name, use.scale) for use in params.addons])
+        except AddonError as error:
+            raise ModelError(str(error)) from error
 
 
 def _bucket_name(bucket: ShapeBucket) -> str:
