@@ -41,6 +41,9 @@ class _Snapshot:
     deployments: dict[str, Deployment]
     versions: frozenset[str]
 
+    def knows(self, name: str | None) -> bool:
+        return name is None or name in self.versions or name in self.deployments
+
 
 class VersionChooser:
     """Picks versions for jobs of any region, from a short-lived copy of its deployments."""
@@ -50,10 +53,13 @@ class VersionChooser:
         self._snapshots: dict[str, _Snapshot] = {}
         self._lock = threading.Lock()
 
-    def _snapshot(self, region: str) -> _Snapshot:
+    def _snapshot(self, region: str, knows: str | None = None) -> _Snapshot:
+        """The region's deployments and versions, at most ``ttl_s`` old; read afresh when the
+        copy held lacks ``knows`` (a version or deployment just pushed is usable at once, and
+        only a refusal pays the extra read)."""
         with self._lock:
             held = self._snapshots.get(region)
-        if held is not None and time.monotonic() - held.at < self.ttl_s:
+        if held is not None and time.monotonic() - held.at < self.ttl_s and held.knows(knows):
             return held
         client = self.redis_of(region)
         fresh = _Snapshot(
@@ -68,7 +74,7 @@ class VersionChooser:
     def choose(self, region: str, model: str | None, sticky_key: str) -> Choice:
         """The version for a job of ``region``; raises :class:`InvalidInput` (field ``model``)
         for a deployment or version the region does not have."""
-        snapshot = self._snapshot(region)
+        snapshot = self._snapshot(region, model)
         if model is None:
             default = snapshot.deployments.get(DEFAULT_DEPLOYMENT)
             if default is None:
@@ -96,4 +102,4 @@ class VersionChooser:
 
     def serves(self, region: str, version: str | None) -> bool:
         """Whether ``region`` can run ``version`` (any region runs its workers' own model)."""
-        return version is None or version in self._snapshot(region).versions
+        return version is None or version in self._snapshot(region, version).versions

@@ -60,3 +60,12 @@ def test_the_model_field_is_checked_at_the_edge() -> None:
         parse_request(prompt="pan left", model="Bad Name@1")
     assert refused.value.field == "model"
     assert parse_request(prompt="pan left", model="anim@1").model == "anim@1"
+
+
+def test_a_version_pushed_after_the_last_read_is_usable_at_once(redis_client: redis.Redis) -> None:
+    chooser = VersionChooser(lambda region: redis_client, ttl_s=3600.0)
+    assert chooser.choose("south", None, "k") == Choice(None, None)  # cached: nothing there
+    entry = CatalogEntry(ref="anim@5", hash="0" * 64, bytes=1, files=1)
+    ModelCatalog(redis_client, "south").add(entry)
+    assert chooser.choose("south", "anim@5", "k") == Choice("anim@5", "anim@5")
+    assert chooser.serves("south", "anim@5")
