@@ -194,12 +194,8 @@ class Client:
         outcome: list[JobHandle] = []
         waiting: list[str] = []  # this job's entry in its home's waiting set, once it waits
 
-        def try_admit(target: str) -> bool:
-            if not self.versions.serves(target, choice.version):
-                return False  # that region's registry lacks the version: not a place for it
-            if not self.addons.serves(target, request.addons):
-                return False  # nor is a region whose workers lack a requested add-on
-            handle = self._admit(
+        def admit(target: str, backlog: bool = False) -> JobHandle | None:
+            return self._admit(
                 target,
                 home,
                 request,
@@ -207,9 +203,17 @@ class Client:
                 job_id,
                 idempotency_key,
                 fingerprint,
-                cap=backlog_cap,
-                choice=choice,
+                backlog,
+                backlog_cap,
+                choice,
             )
+
+        def try_admit(target: str) -> bool:
+            if not self.versions.serves(target, choice.version):
+                return False  # that region's registry lacks the version: not a place for it
+            if not self.addons.serves(target, request.addons):
+                return False  # nor is a region whose workers lack a requested add-on
+            handle = admit(target)
             if handle is not None:
                 outcome.append(handle)
             return handle is not None
@@ -228,18 +232,7 @@ class Client:
 
         try:
             if self.placement.place(home, try_admit, on_full) is None:
-                backlog = self._admit(
-                    home,
-                    home,
-                    request,
-                    image,
-                    job_id,
-                    idempotency_key,
-                    fingerprint,
-                    True,
-                    backlog_cap,
-                    choice,
-                )
+                backlog = admit(home, backlog=True)
                 assert backlog is not None  # FULL is never the answer of a backlog admission
                 return backlog
         except _Repeat as repeat:

@@ -78,7 +78,7 @@ class VersionChooser:
         if model is None:
             default = snapshot.deployments.get(DEFAULT_DEPLOYMENT)
             if default is None:
-                return Choice(None, None)
+                return WORKER_MODEL
             return Choice(DEFAULT_DEPLOYMENT, default.pick(sticky_fraction(sticky_key)))
         if is_pinned(model):
             if model not in snapshot.versions:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tools.cli_errors import EX_USAGE, CliError, problem
-from tools.registry_cli import _regions
+from tools.registry_cli import regions_of
 
 if TYPE_CHECKING:
     import redis
@@ -113,7 +113,7 @@ def cmd_deploy_set(args: argparse.Namespace) -> int:
     policy = {f: getattr(args, f) for f in POLICY_FIELDS if getattr(args, f) is not None}
     spec = {"versions": _parse_weights(args.weights), "stable": args.stable, "rollback": policy}
     deployment = _deployment(args.name, spec)
-    for region in _regions(args, args.region):
+    for region in regions_of(args, args.region):
         _store(region, deployment, "set by an operator (animfleet deploy set)")
     return 0
 
@@ -126,7 +126,7 @@ def cmd_deploy_apply(args: argparse.Namespace) -> int:
     if not isinstance(specs, dict):
         raise CliError(f"{args.file}: expected an object of deployments by name", EX_USAGE)
     deployments = [_deployment(name, spec) for name, spec in specs.items()]
-    for region in _regions(args, args.region):
+    for region in regions_of(args, args.region):
         for deployment in deployments:
             _store(region, deployment, f"applied from {args.file.name}")
     return 0
@@ -135,7 +135,7 @@ def cmd_deploy_apply(args: argparse.Namespace) -> int:
 def cmd_deploy_promote(args: argparse.Namespace) -> int:
     from animfleet.region.deployments import Deployments
 
-    for region in _regions(args, args.region):
+    for region in regions_of(args, args.region):
         try:
             deployment = Deployments(_redis(region), region.name).promote(args.name, args.version)
         except KeyError:
@@ -182,7 +182,7 @@ def status_report(client: redis.Redis, region: str, name: str | None) -> dict[st
 def cmd_deploy_status(args: argparse.Namespace) -> int:
     reports = {
         region.name: status_report(_redis(region), region.name, args.name)
-        for region in _regions(args, args.region)
+        for region in regions_of(args, args.region)
     }
     if args.json:
         json.dump(reports, sys.stdout, indent=2)

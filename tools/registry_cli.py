@@ -42,7 +42,7 @@ def _add_regions(parser: argparse.ArgumentParser, help: str) -> None:
     parser.add_argument("--region", action="append", help=help)
 
 
-def _regions(args: argparse.Namespace, names: list[str] | None) -> list[Region]:
+def regions_of(args: argparse.Namespace, names: list[str] | None) -> list[Region]:
     """The regions named (all when none), from ``--fleet`` or the default topology."""
     from animfleet.topology import Topology
 
@@ -96,7 +96,7 @@ def cmd_model_push(args: argparse.Namespace) -> int:
 
     _check_ref(args.ref)
     source = _source(args.source)
-    regions = _regions(args, args.region)
+    regions = regions_of(args, args.region)
     digest = content_hash(directory_files(source))
     try:
         for region in regions:
@@ -141,7 +141,7 @@ def cmd_model_list(args: argparse.Namespace) -> int:
     from animfleet.region.catalog import ModelCatalog
 
     rows = [("REGION", "REF", "HASH", "SIZE", "PUSHED (UTC)")]
-    for region in _regions(args, args.region):
+    for region in regions_of(args, args.region):
         client = redis.Redis.from_url(region.broker_url)
         try:
             entries = ModelCatalog(client, region.name).entries()
@@ -164,7 +164,7 @@ def cmd_model_show(args: argparse.Namespace) -> int:
     from storage.registry import ModelNotFound
 
     _check_ref(args.ref)
-    region = _regions(args, [args.region] if args.region else None)[0]
+    region = regions_of(args, [args.region] if args.region else None)[0]
     try:
         manifest = _registry(region).manifest(args.ref)
     except ModelNotFound:

@@ -112,7 +112,7 @@ class JobRunner:
                 ),
             )
             return
-        started = self._start(bound, job_id)
+        started = self._start(bound, record)
         if started is None:
             return
         record = started
@@ -230,11 +230,11 @@ class JobRunner:
         except StorageError as error:
             raise JobFailed("storage_error", str(error)) from error
 
-    def _start(self, bound: structlog.stdlib.BoundLogger, job_id: str) -> JobRecord | None:
+    def _start(self, bound: structlog.stdlib.BoundLogger, read: JobRecord) -> JobRecord | None:
         """Mark the job running, in one transaction with the checks that allow it: a job
         canceled or expired since it was read is not started (and that is no error).
         The record names the version that runs it (see :meth:`_version_now`)."""
-        version = self._version_now(bound, job_id)
+        job_id, version = read.id, self._version_now(bound, read)
 
         def change(record: JobRecord) -> None:
             if record.status.terminal:
@@ -254,10 +254,9 @@ class JobRunner:
         worker_metrics.job_started(record)
         return record
 
-    def _version_now(self, bound: structlog.stdlib.BoundLogger, job_id: str) -> str:
+    def _version_now(self, bound: structlog.stdlib.BoundLogger, record: JobRecord) -> str:
         """The version to run: the one picked at submit, unless its deployment has rolled it
         back since (then the deployment picks again); the worker's own model when none."""
-        record = self.store.get(job_id)
         picked, model = record.params.model_version, record.params.model
         if picked is None:
             return self.shelf.own_label if self.shelf else UNNAMED_MODEL
@@ -266,7 +265,7 @@ class JobRunner:
         deployment = Deployments(self.store.redis, self.region.name).get(model)
         if deployment is None or deployment.versions.get(picked, 0.0) > 0:
             return picked
-        repicked = deployment.pick(sticky_fraction(job_id))
+        repicked = deployment.pick(sticky_fraction(record.id))
         if repicked != picked:
             bound.info("job.version_repicked", deployment=model, was=picked, now=repicked)
         return repicked

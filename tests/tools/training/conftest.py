@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -18,8 +19,12 @@ def teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return trainer.export(root / "model")
 
 
-def tiny(teacher: Path, **changes: object) -> DistillConfig:
-    config = DistillConfig(
+Config = TypeVar("Config", bound=DistillConfig)
+
+
+def tiny(teacher: Path, kind: type[Config] = DistillConfig, **changes: object) -> Config:  # type: ignore[assignment]
+    """A distillation (or ``kind``, a subclass) of seconds on ``teacher``."""
+    config = kind(
         teacher=str(teacher),
         teacher_steps=4,
         student_steps=2,

@@ -9,26 +9,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.tools.training.conftest import tiny
 from tests.workers.model.tiny import tiny_student
 from tools.training.slim_distill import SlimConfig, SlimDistiller
 from workers.model.pipeline import AnimationPipeline
 
 
 def _config(source: Path, targets: Path) -> SlimConfig:
-    return SlimConfig(
-        teacher=str(source),
-        teacher_steps=2,
-        student_steps=2,
-        trajectories=4,
-        shard_size=2,
-        steps=3,
-        batch_size=2,
-        warmup_steps=1,
-        size=16,
-        num_frames=4,
-        share=0.5,
-        targets_dir=str(targets),
-    )
+    return tiny(source, SlimConfig, teacher_steps=2, share=0.5, targets_dir=str(targets))
 
 
 def _weights(run: SlimDistiller) -> list[torch.Tensor]:
