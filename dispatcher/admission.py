@@ -56,6 +56,8 @@ class AdmissionSettings:
         backlog_tenant_cap: jobs one tenant may have waiting in a region's backlog (``None``:
             no cap); past it a submit raises :class:`BacklogFull`.
         backlog_region_cap: jobs a region's backlog may hold in all (``None``: no cap).
+        affinity: a job that can start now goes to an idle worker already holding its image's
+            template or its add-ons, when there is one (:mod:`animfleet.region.affinity`).
     """
 
     allowance: float = 0.05
@@ -71,6 +73,7 @@ class AdmissionSettings:
     backlog_region_cap: int | None = 100_000
     # A job submitted without a start deadline gets this one: no job waits forever.
     default_start_deadline_s: float = 3600.0
+    affinity: bool = True
 
     def __post_init__(self) -> None:
         checks = {

@@ -84,7 +84,9 @@ class _RegionLink:
         # A caller waits on this: a short retry rides out a blip, then the caller hears of it.
         self.store = JobStore.from_url(region.broker_url, retry_s=2.0)
         caps = BacklogCaps(admission.backlog_tenant_cap, admission.backlog_region_cap)
-        self.queue = RegionQueue(region, self.store, admission.allowance, caps)
+        self.queue = RegionQueue(
+            region, self.store, admission.allowance, caps, affinity=admission.affinity
+        )
 
 
 class _Moved(Exception):

@@ -5,6 +5,11 @@ region's admission limit, stores the record and the input and pushes the job's C
 (:mod:`animfleet.region.messages`), or keeps both in the region's backlog when no GPU can take
 the job now, so two dispatchers can never overfill a region between them, and a record never
 exists without its message (or the reverse).
+
+With affinity on, the dispatcher first reads which workers hold the job's image template or
+add-ons warm (:mod:`animfleet.region.affinity`) and offers them to the script, which pushes the
+message onto the direct queue of the first one that is idle; a job with add-ons then asks that
+worker (or, on the shared queue, every idle one) to start loading them while the job is queued.
 """
 
 from __future__ import annotations
@@ -12,8 +17,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from animfleet.jobs import JobRecord
+from animfleet.region.affinity import DirectQueues, Holdings, announce_prefetch, things_of
 from animfleet.region.backlog import Backlog, BacklogAdmission, BacklogCaps
-from animfleet.region.jobstore import JobStore
+from animfleet.region.jobstore import ADMITTED, JobStore
 from animfleet.region.messages import AnimateMessages
 from animfleet.topology import Region
 
@@ -22,13 +28,20 @@ class RegionQueue:
     """A dispatcher's handle on one region: admission, record and Celery message, atomically."""
 
     def __init__(
-        self, region: Region, store: JobStore, allowance: float, caps: BacklogCaps | None = None
+        self,
+        region: Region,
+        store: JobStore,
+        allowance: float,
+        caps: BacklogCaps | None = None,
+        affinity: bool = True,
     ) -> None:
         self.region, self.store, self.allowance = region, store, allowance
         self.caps = caps or BacklogCaps()
         self.backlog = Backlog(store.redis, region.name)
         self._script = self.backlog.admit
         self.messages = AnimateMessages(region)
+        self.holdings = Holdings(store.redis, region.name) if affinity else None
+        self.direct = DirectQueues(store.redis, region)
 
     def admit(
         self,
@@ -46,7 +59,11 @@ class RegionQueue:
         admission; if one is bound already nothing is written and the outcome is REPEAT.
         ``tenant_cap``: the job's tenant's own backlog cap, when tighter than the region's.
         """
-        return self._script(
+        preferred: list[tuple[str, str]] = []
+        if self.holdings is not None:
+            things = things_of(image, record.params.addons)
+            preferred = [(w, self.direct.queue(w)) for w in self.holdings.candidates(things)]
+        answer = self._script(
             record,
             image,
             message=self.messages.for_job(record.id),
@@ -56,7 +73,12 @@ class RegionQueue:
             caps=self._caps(tenant_cap),
             idempotency=idempotency,
             idempotency_entry=idempotency_entry,
+            preferred=preferred,
         )
+        if answer.outcome == ADMITTED and record.params.addons:
+            names = [use.name for use in record.params.addons]
+            announce_prefetch(self.store.redis, self.region.name, names, answer.worker)
+        return answer
 
     def _caps(self, tenant_cap: int | None) -> BacklogCaps:
         if tenant_cap is None:

@@ -62,6 +62,7 @@ class AdmissionEnv(EnvSettings):
     default_start_deadline_s: float = Field(
         default=AdmissionSettings.default_start_deadline_s, gt=0
     )
+    affinity: bool = AdmissionSettings.affinity
 
     @model_validator(mode="after")
     def _window_grows(self) -> AdmissionEnv:

@@ -51,11 +51,16 @@ DEFAULT_WEIGHT = 1.0
 #       region, backlog-all, the tenant's backlog, messages, ring, active, idempotency keys...
 # ARGV: now, allowance ('' = none), record json, image, record ttl, input ttl, job id,
 #       created at, start-by (or ''), message, idempotency entry, mode ('direct' | 'backlog'),
-#       tenant, order score, tenant cap (''), region cap (''), one ttl per idempotency key
+#       tenant, order score, tenant cap (''), region cap (''), n (preferred workers), their
+#       n names, one ttl per idempotency key
+# KEYS 14 .. 13 + n are the preferred workers' direct queues, the idempotency keys follow.
+# A direct admission goes to the first preferred worker that is live, idle and has nothing in
+# its direct queue (the 4th answer says which, 0 for the shared queue KEYS[7]).
 _ADMIT = """
-for i = 14, #KEYS do
+local n = tonumber(ARGV[17])
+for i = 14 + n, #KEYS do
   local earlier = redis.call('GET', KEYS[i])
-  if earlier then return {2, 0, 0, earlier, i - 13} end
+  if earlier then return {2, 0, 0, earlier, i - 13 - n} end
 end
 local now = tonumber(ARGV[1])
 local live = redis.call('ZCOUNT', KEYS[1], now, '+inf')
@@ -73,11 +78,21 @@ if not redis.call('SET', KEYS[5], ARGV[3], 'EX', ARGV[5], 'NX') then return {-1,
 redis.call('SET', KEYS[6], ARGV[4], 'EX', ARGV[6])
 if ARGV[9] ~= '' then redis.call('ZADD', KEYS[4], ARGV[9], ARGV[7]) end
 redis.call('ZADD', KEYS[8], ARGV[8], ARGV[7])
-for i = 14, #KEYS do redis.call('SET', KEYS[i], ARGV[11], 'EX', ARGV[i + 3]) end
+for i = 14 + n, #KEYS do redis.call('SET', KEYS[i], ARGV[11], 'EX', ARGV[i + 4]) end
 if direct then
   redis.call('ZADD', KEYS[3], ARGV[8], ARGV[7])
-  redis.call('LPUSH', KEYS[7], ARGV[10])
-  return {1, live, held + 1}
+  local chosen = 0
+  for c = 1, n do
+    local lapse = redis.call('ZSCORE', KEYS[1], ARGV[17 + c])
+    local busy = redis.call('ZSCORE', KEYS[2], ARGV[17 + c])
+    if lapse and tonumber(lapse) > now and not (busy and tonumber(busy) > now)
+        and redis.call('LLEN', KEYS[13 + c]) == 0 then
+      chosen = c
+      break
+    end
+  end
+  redis.call('LPUSH', chosen > 0 and KEYS[13 + chosen] or KEYS[7], ARGV[10])
+  return {1, live, held + 1, chosen}
 end
 redis.call('ZADD', KEYS[9], ARGV[8], ARGV[7])
 redis.call('ZADD', KEYS[10], ARGV[14], ARGV[7])
@@ -107,6 +122,7 @@ class BacklogAdmission:
     earlier: bytes | None = None
     matched: int = 0
     cap: str = ""
+    worker: str | None = None  # the preferred worker whose direct queue took the job
 
 
 def order_score(priority: int, created_at: float) -> float:
@@ -140,11 +156,14 @@ class Backlog:
         caps: BacklogCaps = BacklogCaps(),
         idempotency: Sequence[tuple[str, int]] = (),
         idempotency_entry: str = "",
+        preferred: Sequence[tuple[str, str]] = (),
     ) -> BacklogAdmission:
         """Take ``record`` (of this region) onto its GPU queue if it can start now, else into
         the backlog when ``backlog`` is true; one atomic script either way.
 
         ``idempotency`` lists (Redis key, ttl) pairs to bind to ``idempotency_entry``.
+        ``preferred`` lists (worker, its direct queue), best first: a job that can start now
+        goes to the first that is live, idle and has an empty direct queue, else to ``queue``.
         """
         limits = [t for t in (record.start_deadline, record.deadline) if t is not None]
         keys = [
@@ -161,6 +180,7 @@ class Backlog:
             self.message_key,
             self.ring_key,
             self.active_key,
+            *(direct for _, direct in preferred),
             *(key for key, _ in idempotency),
         ]
         args: list[Any] = [
@@ -180,6 +200,8 @@ class Backlog:
             repr(order_score(record.priority, record.created_at)),
             "" if caps.tenant is None else caps.tenant,
             "" if caps.region is None else caps.region,
+            len(preferred),
+            *(worker for worker, _ in preferred),
             *(ttl for _, ttl in idempotency),
         ]
         answer = self._admit(keys=keys, args=args)
@@ -187,7 +209,9 @@ class Backlog:
         if outcome == 2:  # REPEAT
             return BacklogAdmission(outcome, 0, 0, earlier=answer[3], matched=int(answer[4]))
         cap = answer[3].decode() if outcome == CAPPED else ""
-        return BacklogAdmission(outcome, int(answer[1]), int(answer[2]), cap=cap)
+        chosen = int(answer[3]) if outcome == 1 else 0
+        worker = preferred[chosen - 1][0] if chosen else None
+        return BacklogAdmission(outcome, int(answer[1]), int(answer[2]), cap=cap, worker=worker)
 
     # -- what users and the autoscaler see -------------------------------------------------
     def depth(self) -> int:

@@ -3,7 +3,8 @@
 Each name has one owner module in this package, which alone reads and writes it:
 :mod:`.jobstore` (records, inputs, queue order, deadlines, run times, idempotency, the holding and
 waiting sets), :mod:`.workers` (heartbeats), :mod:`.outbox` (webhook deliveries) and
-:mod:`.status` (read-only counts for the router), :mod:`.sweeper` (its lease and the
+:mod:`.status` (read-only counts for the router), :mod:`.affinity` (what workers hold warm,
+their direct queues), :mod:`.sweeper` (its lease and the
 time a region lost its last worker) and :mod:`.backlog` with :mod:`.handoff` (the backlog; its
 admission script also creates records, and a move onto the GPU queue adds to the queued set).
 The routing table is written by the router and read by dispatchers (``dispatcher/routing``).
@@ -71,6 +72,11 @@ VERSION_RUNS = KEY_PREFIX + "version-runs:"  # + region + ":" + version -> zset 
 
 # Motion add-ons the region's workers serve (:mod:`.addons`), advertised by each worker at boot.
 ADDONS_SERVED = KEY_PREFIX + "addons:"  # + region -> zset add-on name -> time last advertised
+# What workers hold warm and their own queues (:mod:`.affinity`): per thing (``addon:<name>``,
+# ``template:<image sha256>``) the workers holding it; the workers with a direct queue.
+HELD_BY = KEY_PREFIX + "held-by:"  # + region + ":" + thing -> zset worker -> claim lapses at
+DIRECT_QUEUES = KEY_PREFIX + "direct-queues:"  # + region -> set of workers with a direct queue
+PREFETCH_CHANNEL = KEY_PREFIX + "prefetch:"  # + region -> pub/sub: load these add-ons now
 
 # A finished job's record is kept this long; its input bytes only until it is terminal.
 RECORD_TTL_S = 7 * 24 * 3600

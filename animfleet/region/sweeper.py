@@ -8,7 +8,9 @@ is a transaction on the record that re-checks what the pass saw.
   killed) goes back on the queue at once, the same job id, with its message pushed in the same
   transaction; past its ``deadline`` it ends ``canceled``/``deadline_exceeded`` instead, and
   after ``max_deliveries`` starts it fails ``worker_lost``. Recovery takes the heartbeat TTL
-  plus one pass, not the broker's visibility timeout. At most one output holds: the output key
+  plus one pass, not the broker's visibility timeout. A job placed on a worker's direct queue
+  (:mod:`.affinity`) that the worker never took moves to the shared queue once the worker
+  stops being live. At most one output holds: the output key
   is the job id, and a late duplicate delivery finds the record running on a live worker (or
   terminal) and does nothing.
 - A ``queued`` job waits at most ``max_queued_s`` (the default start deadline), and at most
@@ -29,6 +31,7 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from animfleet.jobs import IllegalTransition, JobRecord, JobState
+from animfleet.region.affinity import DirectQueues
 from animfleet.region.archive import Objects, RecordArchive
 from animfleet.region.jobstore import JobNotFound, JobStore
 from animfleet.region.keys import (
@@ -71,6 +74,7 @@ class SweepResult:
     ended: dict[str, str] = field(default_factory=dict)  # job id -> the state it ended in
     archived: list[str] = field(default_factory=list)
     orphans_deleted: list[str] = field(default_factory=list)  # object keys
+    rescued: int = 0  # messages moved from a gone worker's direct queue to the shared one
 
 
 class Sweeper:
@@ -92,6 +96,7 @@ class Sweeper:
         self.redis: redis.Redis = store.redis
         self.messages = AnimateMessages(region)
         self.workers = WorkerRegistry(store.redis, region.name)
+        self.direct = DirectQueues(store.redis, region)
         self.holder = f"{id(self)}-{time.time()}"
 
     def sweep(self, now: float | None = None) -> SweepResult:
@@ -106,6 +111,10 @@ class Sweeper:
             self.redis.pexpire(lease, ms)
         if self._redis_up_s() >= self.settings.heartbeat_ttl_s + 1.0:
             self._sweep_running(now, result)
+        # Jobs placed on a worker that then left wait on the shared queue instead.
+        result.rescued = len(self.direct.rescue(consuming=self.workers.is_live))
+        if result.rescued:
+            log.info("sweeper.direct_rescued", region=self.region.name, messages=result.rescued)
         self._sweep_queued(now, result)
         if self.archive is not None:
             self._archive_finished(now, result)

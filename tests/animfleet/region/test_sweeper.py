@@ -11,6 +11,7 @@ import pytest
 import redis
 
 from animfleet.jobs import JobOutput, JobParams, JobRecord, JobState
+from animfleet.region.affinity import DirectQueues
 from animfleet.region.archive import RecordArchive
 from animfleet.region.jobstore import JobNotFound, JobStore
 from animfleet.region.keys import JOB_KEY
@@ -88,6 +89,20 @@ def test_past_its_deadline_or_its_deliveries_it_ends_instead(
     assert late.error is not None and late.error.code == "deadline_exceeded"
     assert poison.error is not None and poison.error.code == "worker_lost"
     assert store.redis.llen(region.queue) == 0
+
+
+def test_jobs_placed_on_a_worker_that_left_move_to_the_shared_queue(
+    store: JobStore, redis_client: redis.Redis, region: Region
+) -> None:
+    direct = DirectQueues(redis_client, region)
+    redis_client.lpush(direct.register("left"), "message for left")
+    redis_client.lpush(direct.register("here"), "message for here")
+    WorkerRegistry(redis_client, "sw").beat("here", {}, ttl_s=30, busy=True)
+
+    assert Sweeper(region, store, settings()).sweep().rescued == 1
+
+    assert redis_client.lrange(region.queue, 0, -1) == [b"message for left"]
+    assert redis_client.llen(direct.queue("here")) == 1  # its worker is live: untouched
 
 
 def test_one_copy_sweeps_at_a_time(store: JobStore, region: Region) -> None:
