@@ -30,6 +30,7 @@ from structlog.contextvars import bound_contextvars
 
 from animfleet import logs
 from animfleet.constants import ANIMATE_TASK
+from animfleet.region.affinity import direct_queue
 from animfleet.region.jobstore import JobStore
 from animfleet.region.workers import WorkerRegistry
 from animfleet.topology import Region, Topology
@@ -87,6 +88,11 @@ class WorkerProcess:
 process = WorkerProcess()
 
 
+def direct_queues(region: Region, settings: WorkerSettings) -> list[str]:
+    """The worker's own queue (see :mod:`animfleet.region.affinity`), once it has a name."""
+    return [direct_queue(region, settings.name)] if settings.name else []
+
+
 def celery_config(region: Region, settings: WorkerSettings) -> dict[str, Any]:
     return {
         **BASE_CONFIG,
@@ -98,12 +104,17 @@ def celery_config(region: Region, settings: WorkerSettings) -> dict[str, Any]:
             # times per visibility timeout rather than kombu's default of every ~100 s.
             "unacked_restore_interval": max(1, settings.visibility_timeout_s // 20),
             "unacked_restore_throttle": 1,
+            # Queues in the order given, not in turn: a job placed on this worker's direct
+            # queue (it holds what the job needs warm) starts before the shared queue's next.
+            "queue_order_strategy": "priority",
         },
         "task_acks_late": True,
         "task_reject_on_worker_lost": True,
         "task_time_limit": settings.hard_time_limit_s,
         "task_soft_time_limit": settings.soft_time_limit_s,
-        "task_queues": [Queue(region.queue)],
+        # Its own direct queue first (jobs placed on it for what it holds warm), then the
+        # region's shared one.
+        "task_queues": [*(Queue(q) for q in direct_queues(region, settings)), Queue(region.queue)],
         "task_default_queue": region.queue,
         "worker_prefetch_multiplier": 1,
         # The pool child loads (and compiles) the model before it reports up; Celery's default
@@ -164,10 +175,12 @@ def load_model(**_: Any) -> None:
     """Load the model once per worker process, before it takes its first job."""
     from animfleet.models import resolve_model
     from animfleet.region.addons import RegionAddons
+    from animfleet.region.affinity import DirectQueues
     from storage import StorageError, open_store
     from workers.heartbeat import Heartbeat
     from workers.model import Animator
     from workers.model.animator import load_animator
+    from workers.prefetch import PrefetchListener, held_things
     from workers.runner import JobRunner
     from workers.versions import (
         ModelShelf,
@@ -195,10 +208,18 @@ def load_model(**_: Any) -> None:
     shelf = ModelShelf(animator, label, load_version, settings.max_models)
     for ref in boot_versions(settings):
         shelf.get(ref)
-    heartbeat = Heartbeat(store.redis, region.name, worker_name, ",".join(shelf.versions))
     addons = getattr(animator, "addons", None)  # stand-in animators have none
+    heartbeat = Heartbeat(
+        store.redis,
+        region.name,
+        worker_name,
+        ",".join(shelf.versions),
+        holdings=lambda: held_things(animator),
+        direct=DirectQueues(store.redis, region),
+    )
     if addons is not None:  # dispatchers accept jobs asking for these from now on
         RegionAddons(store.redis, region.name).advertise(addons.names())
+        PrefetchListener(store.redis, region.name, worker_name, addons, heartbeat).start()
     process.runner = JobRunner(
         region=region,
         settings=settings,
@@ -299,13 +320,14 @@ def run_worker(region: Region, settings: WorkerSettings, name: str | None = None
         use_multiprocess_dir()  # before any metric exists, in this process or a child
     node = name or f"gpu-{region.name}-{os.getpid()}@{socket.gethostname()}"
     # The heartbeat's name: ANIMFLEET_WORKER_NAME when set, else the Celery node name.
-    configure(region, settings if settings.name else settings.model_copy(update={"name": node}))
+    named = settings if settings.name else settings.model_copy(update={"name": node})
+    configure(region, named)
     app.worker_main(
         [
             "worker",
             "--pool=prefork",
             "--concurrency=1",
-            f"--queues={region.queue}",
+            f"--queues={','.join([*direct_queues(region, named), region.queue])}",
             f"--hostname={node}",
             "--without-gossip",
             "--without-mingle",

@@ -93,7 +93,8 @@ def _cancel_all(fleet: LocalFleet, http: httpx.Client) -> None:
         http.post(f"/v1/jobs/{job_id}/cancel")
     deadline = time.monotonic() + 60
     # Idle workers and an empty queue: canceled jobs' messages were received and skipped.
-    while store.llen("animate.api") or any(beat["job_id"] for beat in fleet.heartbeats("api")):
+    queues = ["animate.api", *(key.decode() for key in store.keys("animate.api.w.*"))]
+    while any(store.llen(q) for q in queues) or any(b["job_id"] for b in fleet.heartbeats("api")):
         assert time.monotonic() < deadline, "workers still busy after cancel"
         time.sleep(0.05)
 

@@ -90,3 +90,12 @@ def test_celery_config_holds_one_job_per_gpu() -> None:
     assert config["task_default_queue"] == "animate.eu-west"
     # a replacement pool process must be given time to load its model, or it is killed in a loop
     assert config["worker_proc_alive_timeout"] >= 60
+
+
+def test_a_named_worker_takes_its_direct_queue_before_the_shared_one() -> None:
+    region = Region(name="eu-west", broker_url="redis://x/0")
+    config = celery_config(region, WorkerSettings(name="gpu-1@host"))
+    names = [queue.name for queue in config["task_queues"]]
+    assert names == ["animate.eu-west.w.gpu-1@host", "animate.eu-west"]
+    # kombu's default takes queues in turn; "priority" takes the direct one first each time.
+    assert config["broker_transport_options"]["queue_order_strategy"] == "priority"

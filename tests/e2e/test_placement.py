@@ -1,0 +1,55 @@
+"""Affinity placement on real workers: a job goes onto the direct queue of an idle worker that
+holds what it needs warm, and that worker runs it."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+import redis
+
+from animfleet.jobs import JobRecord
+from animfleet.region.affinity import Holdings, addon_thing
+from animfleet.region.keys import JOB_KEY
+from tools.localfleet import LocalFleet
+
+pytestmark = pytest.mark.e2e
+
+
+def _idle_holders(fleet: LocalFleet, store: redis.Redis, thing: str) -> list[str]:
+    """Both workers idle and claiming ``thing``: the holders, best first."""
+    deadline = time.monotonic() + 60
+    while True:
+        idle = [b["worker"] for b in fleet.heartbeats("api") if not b["job_id"]]
+        holders = Holdings(store, "api").candidates([thing])
+        if len(idle) == 2 and sorted(holders) == sorted(idle):
+            return holders
+        assert time.monotonic() < deadline, f"idle {idle}, holders {holders}"
+        time.sleep(0.05)
+
+
+def test_jobs_go_to_the_idle_worker_holding_their_addon(
+    api: httpx.Client, api_fleet: LocalFleet, png_data_uri: str
+) -> None:
+    store = redis.Redis.from_url(api_fleet.redis_url("api"))
+    ran_on = []
+    for seed in range(3):
+        first = _idle_holders(api_fleet, store, addon_thing("shake"))[0]
+        response = api.post(
+            "/v1/jobs",
+            json={
+                "image": png_data_uri, "prompt": "still", "frames": 4, "seed": seed,
+                "addons": [{"name": "shake"}],
+            },
+            headers={"Prefer": "wait=60"},
+        )  # fmt: skip
+        assert response.status_code == 200, response.text
+        assert response.json()["status"] == "succeeded"
+        raw = store.get(JOB_KEY + response.json()["id"])
+        assert raw is not None
+        ran_on.append((first, JobRecord.model_validate_json(raw).worker))
+    # Every holder is idle and holds the add-on: the dispatchers' order (most held, then name)
+    # names the same first one each time, and its direct queue took the job. Placed on the
+    # shared queue instead, each job would have gone to either worker.
+    assert all(chosen == ran for chosen, ran in ran_on), ran_on

@@ -1,0 +1,78 @@
+"""A worker's prefetch listener and what it claims to hold, on a real Redis."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from animfleet.region.affinity import announce_prefetch, image_digest
+from workers.prefetch import PrefetchListener, held_things
+
+
+@dataclass
+class Loads:
+    """Records what the listener asked to load (the add-on store's own loading is tested in
+    tests/workers/model)."""
+
+    asked: list[list[str]] = field(default_factory=list)
+    arrived: threading.Event = field(default_factory=threading.Event)
+
+    def prefetch(self, names: list[str]) -> Any:
+        self.asked.append(list(names))
+        self.arrived.set()
+
+
+@dataclass
+class State:
+    job_id: str | None = None
+
+
+def test_notices_for_this_worker_or_any_idle_one_start_loads(redis_client: redis.Redis) -> None:
+    loads, state = Loads(), State()
+    listener = PrefetchListener(redis_client, "pf", "me", loads, state)
+    assert listener.handle(b'{"addons": ["shake"], "worker": "me"}')
+    assert not listener.handle(b'{"addons": ["orbit"], "worker": "other"}')
+    assert listener.handle(b'{"addons": ["pulse"], "worker": null}')
+    state.job_id = "busy-with-this"
+    assert not listener.handle(b'{"addons": ["pulse"], "worker": null}')  # another takes it
+    assert listener.handle(b'{"addons": ["orbit"], "worker": "me"}')  # queued for me: load
+    assert not listener.handle(b"not json")
+    assert loads.asked == [["shake"], ["pulse"], ["orbit"]]
+
+
+def test_the_listener_thread_acts_on_published_notices(redis_client: redis.Redis) -> None:
+    loads = Loads()
+    listener = PrefetchListener(redis_client, "pf", "me", loads, State())
+    listener.start()
+    try:
+        assert listener.subscribed.wait(10)
+        deadline = time.monotonic() + 10
+        # The subscription reaches the server just after ``subscribed`` is set: republish until
+        # the first notice lands (each is idempotent: a held add-on is not loaded twice).
+        while not loads.arrived.wait(0.2):
+            assert time.monotonic() < deadline, "no notice arrived"
+            announce_prefetch(redis_client, "pf", ["shake"], "me")
+        assert loads.asked[0] == ["shake"]
+    finally:
+        listener.stop()
+
+
+class _Held:
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+
+    def held(self) -> list[str]:
+        return self.names
+
+
+def test_held_things_name_addons_and_templates() -> None:
+    class Animator:
+        addons = _Held(["shake"])
+        templates = _Held([image_digest(b"img")])
+
+    assert held_things(Animator()) == ["addon:shake", f"template:{image_digest(b'img')}"]
+    assert held_things(object()) == []
