@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
 .PHONY: venv lock browser test-sdk fuzz-api demo test test-unit test-e2e test-faults loadtest lint typecheck clean bench \
-	bench-model bench-overhead bench-gateway bench-dispatch simulate bench-scale \
+	bench-model bench-overhead bench-gateway bench-dispatch simulate sim-templates bench-scale \
 	tune-model compile-model bench-boot bench-versions eval-served
 
 TORCH := torch==2.13.0
@@ -99,6 +99,11 @@ bench-dispatch: venv
 # The seeds' spike: routing policies x naive retries vs backoff, tables and PNGs in out/sim.
 simulate: venv
 	$(PY) -m tools.cli simulate spike --out out/sim
+
+# Cache-aware placement on a trace with repeated images: compute-only vs compute + cache
+# balancing vs the fleet's idle-holder rule; table and out/sim-templates/templates.png.
+sim-templates: venv
+	$(PY) -m tools.sim.templates --out out/sim-templates
 
 # One simulated day of 100 million requests over 20 regions.
 bench-scale: venv
