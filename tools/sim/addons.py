@@ -124,26 +124,9 @@ def simulate(world: AddonWorld, policy: str, load: float, seed: int = 0) -> Outc
 
 
 def plot(outcomes: list[Outcome], path: Path) -> Path:
-    import matplotlib
+    from tools.sim.plots import plot_cache_placement
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, (hit_axis, latency_axis) = plt.subplots(1, 2, figsize=(10, 3.8), dpi=100)
-    for policy in ("any", "aware"):
-        rows = [o for o in outcomes if o.policy == policy]
-        loads = [o.load for o in rows]
-        hit_axis.plot(loads, [o.hit_rate for o in rows], marker="o", label=policy)
-        latency_axis.plot(loads, [o.mean_latency_s for o in rows], marker="o", label=policy)
-    hit_axis.set(xlabel="load", ylabel="add-on hit rate", title="add-on held when the job starts")
-    latency_axis.set(xlabel="load", ylabel="mean latency (s)", title="mean job latency")
-    for axis in (hit_axis, latency_axis):
-        axis.grid(True, alpha=0.3)
-        axis.legend()
-    figure.tight_layout()
-    figure.savefig(path)
-    plt.close(figure)
-    return path
+    return plot_cache_placement(outcomes, {"any": "any", "aware": "aware"}, "add-on", path)
 
 
 def main(argv: list[str] | None = None) -> int:

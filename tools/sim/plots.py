@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 import matplotlib
 
@@ -112,4 +113,38 @@ def plot_regions(result: SimResult, path: Path, title: str = "") -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return path
+
+
+class CacheOutcome(Protocol):
+    """One policy at one load (read-only, as the simulators' frozen dataclasses are)."""
+
+    @property
+    def policy(self) -> str: ...
+    @property
+    def load(self) -> float: ...
+    @property
+    def hit_rate(self) -> float: ...
+    @property
+    def mean_latency_s(self) -> float: ...
+
+
+def plot_cache_placement(
+    outcomes: Sequence[CacheOutcome], labels: dict[str, str], thing: str, path: Path
+) -> Path:
+    """Hit rate and mean latency (log scale) against load, one line per placement policy."""
+    figure, (hit_axis, latency_axis) = plt.subplots(1, 2, figsize=(10, 3.8), dpi=100)
+    for policy, label in labels.items():
+        rows = [o for o in outcomes if o.policy == policy]
+        loads = [o.load for o in rows]
+        hit_axis.plot(loads, [o.hit_rate for o in rows], marker="o", label=label)
+        latency_axis.semilogy(loads, [o.mean_latency_s for o in rows], marker="o", label=label)
+    hit_axis.set(xlabel="load", ylabel=f"{thing} hit rate", title=f"{thing} held at job start")
+    latency_axis.set(xlabel="load", ylabel="mean latency (s, log)", title="mean job latency")
+    for axis in (hit_axis, latency_axis):
+        axis.grid(True, alpha=0.3)
+        axis.legend()
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
     return path

@@ -156,29 +156,14 @@ def simulate(world: TemplateWorld, policy: str, load: float, seed: int = 0) -> O
 
 
 def plot(outcomes: list[Outcome], path: Path) -> Path:
-    import matplotlib
+    from tools.sim.plots import plot_cache_placement
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, (hit_axis, latency_axis) = plt.subplots(1, 2, figsize=(10, 3.8), dpi=100)
-    labels = {"compute": "compute only", "cache": "compute + cache", "fleet": "animfleet"}
-    for policy in POLICIES:
-        rows = [o for o in outcomes if o.policy == policy]
-        loads = [o.load for o in rows]
-        hit_axis.plot(loads, [o.hit_rate for o in rows], marker="o", label=labels[policy])
-        latency_axis.semilogy(
-            loads, [o.mean_latency_s for o in rows], marker="o", label=labels[policy]
-        )
-    hit_axis.set(xlabel="load", ylabel="template hit rate", title="template cached at start")
-    latency_axis.set(xlabel="load", ylabel="mean latency (s, log)", title="mean job latency")
-    for axis in (hit_axis, latency_axis):
-        axis.grid(True, alpha=0.3)
-        axis.legend()
-    figure.tight_layout()
-    figure.savefig(path)
-    plt.close(figure)
-    return path
+    return plot_cache_placement(
+        outcomes,
+        {"compute": "compute only", "cache": "compute + cache", "fleet": "animfleet"},
+        "template",
+        path,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
