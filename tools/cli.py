@@ -58,7 +58,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from workers.settings import WorkerSettings
 
     logs.configure()
-    run_worker(region, WorkerSettings.from_env(), args.name)
+    # --batch wins over ANIMFLEET_WORKER_BATCH, checked with the rest of the settings.
+    batch = {} if args.batch is None else {WorkerSettings.env_name("batch"): str(args.batch)}
+    run_worker(region, WorkerSettings.from_env({**os.environ, **batch}), args.name)
     return 0
 
 
@@ -326,6 +328,13 @@ def build_parser() -> argparse.ArgumentParser:
     worker = sub.add_parser("worker", help="run a GPU worker for one region (one per GPU)")
     worker.add_argument("--region", required=True, help="the region whose queue it consumes")
     worker.add_argument("--name", help="Celery node name (default: gpu-<region>-<pid>@<host>)")
+    worker.add_argument(
+        "--batch",
+        type=int,
+        metavar="N",
+        help="continuous batching: up to N jobs share one denoising loop and the worker counts "
+        "as N slots (default: ANIMFLEET_WORKER_BATCH, else 1: one job per GPU)",
+    )
     worker.set_defaults(func=cmd_worker)
 
     router = sub.add_parser("router", help="compute routing tables from region loads, forever")

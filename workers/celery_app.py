@@ -10,6 +10,11 @@ one message it runs. ``task_reject_on_worker_lost``: if the process running the 
 message goes back to the queue; the job record counts deliveries and fails the job after
 ``max_deliveries``, so a poison job cannot loop forever. The Redis ``visibility_timeout`` is
 above the hard time limit, so a slow job is never handed to a second worker while it runs.
+
+Batch mode (``ANIMFLEET_WORKER_BATCH=N``, ``animfleet worker --batch N``): a thread pool of N
+with prefetch 1 holds at most N messages; each task thread runs its job's I/O in one of N slots
+and hands the denoising to one shared engine (``workers/batching``). The model loads in the
+main process; the sweeper, not a lost pool child, recovers the jobs of a worker that dies.
 """
 
 from __future__ import annotations
@@ -32,11 +37,12 @@ from animfleet import logs
 from animfleet.constants import ANIMATE_TASK
 from animfleet.region.affinity import direct_queue
 from animfleet.region.jobstore import JobStore
-from animfleet.region.workers import WorkerRegistry
+from animfleet.region.workers import WorkerRegistry, slot_names
 from animfleet.topology import Region, Topology
 from workers.settings import WorkerSettings
 
 if TYPE_CHECKING:
+    from workers.batching.slots import Slots
     from workers.runner import JobRunner
 
 REGION_ENV = "ANIMFLEET_REGION"
@@ -70,6 +76,7 @@ class WorkerProcess:
     settings: WorkerSettings | None = None
     runner: JobRunner | None = None
     state: WorkerState = WorkerState.STARTING
+    slots: Slots | None = None  # batch mode: one runner per job slot
 
     def context(self) -> tuple[Region, WorkerSettings]:
         """The region and settings, from :func:`configure` or else the environment."""
@@ -89,8 +96,11 @@ process = WorkerProcess()
 
 
 def direct_queues(region: Region, settings: WorkerSettings) -> list[str]:
-    """The worker's own queue (see :mod:`animfleet.region.affinity`), once it has a name."""
-    return [direct_queue(region, settings.name)] if settings.name else []
+    """The worker's own queue (see :mod:`animfleet.region.affinity`), once it has a name; a
+    batch worker's slots have one each."""
+    if not settings.name:
+        return []
+    return [direct_queue(region, member) for member in slot_names(settings.name, settings.batch)]
 
 
 def celery_config(region: Region, settings: WorkerSettings) -> dict[str, Any]:
@@ -120,7 +130,7 @@ def celery_config(region: Region, settings: WorkerSettings) -> dict[str, Any]:
         # The pool child loads (and compiles) the model before it reports up; Celery's default
         # of 4 s would kill it mid-load and fork another, forever.
         "worker_proc_alive_timeout": settings.model_load_timeout_s,
-        "worker_concurrency": 1,
+        "worker_concurrency": settings.batch,
         # A broker blip must not throw the running job's GPU work away: the job keeps running
         # (its record updates retry for 30 s), finishes and records its result; if its ack is
         # lost with the connection, the redelivered message finds the record terminal.
@@ -151,9 +161,16 @@ def configure(region: Region, settings: WorkerSettings) -> Celery:
 @app.task(name=ANIMATE_TASK, bind=True)  # type: ignore[untyped-decorator]
 def animate(self: Any, job_id: str) -> None:
     del self
-    runner = process.runner
-    if runner is None:
+    if process.slots is not None:
+        with process.slots.take() as slot:
+            _animate(slot, job_id)
+        return
+    if process.runner is None:
         raise RuntimeError("worker process has no model loaded")
+    _animate(process.runner, job_id)
+
+
+def _animate(runner: JobRunner, job_id: str) -> None:
     # Every line logged while the job runs (pipeline, storage, libraries) names it.
     context = bound_contextvars(job_id=job_id, region=runner.region.name, worker=runner.worker_name)
     if process.state is WorkerState.IDLE:
@@ -192,6 +209,8 @@ def load_model(**_: Any) -> None:
 
     logs.configure()
     region, settings = process.context()
+    if settings.batch > 1:  # compiled graphs are traced for one video: serve eagerly
+        settings = settings.model_copy(update={"compile": False})
     animator = load_animator(settings)  # compiles and warms up if configured
     worker_name = settings.name or f"{socket.gethostname()}-{os.getpid()}"
     store = JobStore.from_url(region.broker_url)
@@ -216,10 +235,12 @@ def load_model(**_: Any) -> None:
         ",".join(shelf.versions),
         holdings=lambda: held_things(animator),
         direct=DirectQueues(store.redis, region),
+        slots=settings.batch,
     )
     if addons is not None:  # dispatchers accept jobs asking for these from now on
         RegionAddons(store.redis, region.name).advertise(addons.names())
-        PrefetchListener(store.redis, region.name, worker_name, addons, heartbeat).start()
+        for member, slot in zip(heartbeat.members, heartbeat.slots, strict=True):
+            PrefetchListener(store.redis, region.name, member, addons, slot).start()
     process.runner = JobRunner(
         region=region,
         settings=settings,
@@ -230,6 +251,10 @@ def load_model(**_: Any) -> None:
         heartbeat=heartbeat,
         shelf=shelf,
     )
+    if settings.batch > 1:
+        from workers.batching.slots import Slots
+
+        process.slots = Slots(process.runner, settings.batch)
     heartbeat.start()
     process.state = WorkerState.IDLE
     if settings.metrics_port is not None:
@@ -243,8 +268,20 @@ def load_model(**_: Any) -> None:
         worker=worker_name,
         load_time_s=round(animator.load_time_s, 3),
         warmup_time_s=round(animator.warmup_time_s, 3),
+        batch=settings.batch,
         **animator.info,
     )
+
+
+def load_model_in_main(**_: Any) -> None:
+    """Batch mode: a thread pool has no child process, so the main one loads the model."""
+    if process.context()[1].batch > 1:
+        load_model()
+
+
+def leave_fleet_from_main(**_: Any) -> None:
+    if process.context()[1].batch > 1:
+        leave_fleet()
 
 
 def leave_fleet(**_: Any) -> None:
@@ -261,7 +298,7 @@ def drain(**_: Any) -> None:
     assert settings.name is not None
     try:
         registry = WorkerRegistry(redis.Redis.from_url(region.broker_url), region.name)
-        registry.drain(settings.name, for_s=settings.visibility_timeout_s)
+        registry.drain(settings.name, for_s=settings.visibility_timeout_s, slots=settings.batch)
     except redis.RedisError as error:  # the heartbeat lapses instead, within its TTL
         log.warning("worker.drain_unrecorded", worker=settings.name, error=str(error))
         return
@@ -288,6 +325,8 @@ def use_our_logging(**_: Any) -> None:
 
 signals.worker_process_init.connect(load_model, weak=False)
 signals.worker_process_shutdown.connect(leave_fleet, weak=False)
+signals.worker_init.connect(load_model_in_main, weak=False)
+signals.worker_shutdown.connect(leave_fleet_from_main, weak=False)
 signals.worker_ready.connect(guard_memory, weak=False)
 signals.worker_shutting_down.connect(drain, weak=False)
 signals.setup_logging.connect(use_our_logging, weak=False)
@@ -325,8 +364,8 @@ def run_worker(region: Region, settings: WorkerSettings, name: str | None = None
     app.worker_main(
         [
             "worker",
-            "--pool=prefork",
-            "--concurrency=1",
+            "--pool=prefork" if settings.batch == 1 else "--pool=threads",
+            f"--concurrency={settings.batch}",
             f"--queues={','.join([*direct_queues(region, named), region.queue])}",
             f"--hostname={node}",
             "--without-gossip",

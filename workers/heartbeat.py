@@ -4,6 +4,10 @@ The registry (:class:`animfleet.region.workers.WorkerRegistry`) scores each entr
 it lapses, so a worker that dies stops counting as capacity without anyone noticing the death.
 With each beat the worker also claims what it holds warm (add-ons, image templates) and its
 direct queue (:mod:`animfleet.region.affinity`), under the same TTL.
+
+A batch worker publishes one entry per job slot (``<worker>/<slot>``), each idle or busy with
+its own job, so the region counts its slots as it counts one-job workers; each slot claims the
+worker's holdings and has a direct queue, so placement can hand a job to any idle slot.
 """
 
 from __future__ import annotations
@@ -12,15 +16,24 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import redis
 
 from animfleet.region.affinity import DirectQueues, Holdings
-from animfleet.region.workers import WorkerRegistry
+from animfleet.region.workers import WorkerRegistry, slot_names
+
+
+@dataclass
+class SlotState:
+    """One slot's job (``None``: idle), as the prefetch listener of that slot reads it."""
+
+    job_id: str | None = None
 
 
 class Heartbeat:
-    """Publishes this worker's state every ``interval_s`` from a daemon thread."""
+    """Publishes this worker's state (each of its ``slots``) every ``interval_s`` from a
+    daemon thread."""
 
     def __init__(
         self,
@@ -32,13 +45,17 @@ class Heartbeat:
         ttl_s: float = 5.0,  # survives a few missed beats on a loaded host
         holdings: Callable[[], Iterable[str]] | None = None,
         direct: DirectQueues | None = None,
+        slots: int = 1,
     ) -> None:
         self.client, self.region, self.worker, self.variant = client, region, worker, variant
         self.registry = WorkerRegistry(client, region)
         self.holdings, self.direct = holdings, direct
         self.claims = Holdings(client, region)
         self.interval_s, self.ttl_s = interval_s, ttl_s
-        self.job_id: str | None = None
+        self.members = slot_names(worker, slots)
+        self.slots = [SlotState() for _ in self.members]
+        self.job_id: str | None = None  # slot 0's: the job of a one-slot worker
+        self._lock = threading.Lock()  # task threads of a batch worker mark their own slots
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="heartbeat", daemon=True)
 
@@ -49,29 +66,41 @@ class Heartbeat:
     def stop(self) -> None:
         """Leave the fleet at once (warm shutdown), rather than after the TTL."""
         self._stop.set()
-        self.registry.leave(self.worker)
+        for member in self.members:
+            self.registry.leave(member)
 
-    def busy(self, job_id: str | None) -> None:
-        """Mark the worker busy with ``job_id`` (or idle with ``None``) and publish at once."""
-        self.job_id = job_id
-        self.beat()
+    def busy(self, job_id: str | None, slot: int = 0) -> None:
+        """Mark ``slot`` busy with ``job_id`` (or idle with ``None``) and publish it at once."""
+        self.slots[slot].job_id = job_id
+        if slot == 0:
+            self.job_id = job_id
+        self._beat_slot(slot)
 
     def beat(self) -> None:
-        state = {
-            "worker": self.worker,
-            "state": "busy" if self.job_id else "idle",
-            "job_id": self.job_id,
-            "variant": self.variant,
-            "pid": os.getpid(),
-            "at": time.time(),
-        }
-        live = self.registry.beat(self.worker, state, self.ttl_s, busy=self.job_id is not None)
+        for slot in range(len(self.members)):
+            self._beat_slot(slot)
+
+    def _beat_slot(self, slot: int) -> None:
+        member = self.members[slot]
+        with self._lock:  # a slot's idle beat must not land after its next busy one
+            job_id = self.slots[slot].job_id
+            state = {
+                "worker": member,
+                "state": "busy" if job_id else "idle",
+                "job_id": job_id,
+                "variant": self.variant,
+                "pid": os.getpid(),
+                "at": time.time(),
+            }
+            if len(self.members) > 1:
+                state.update(host_worker=self.worker, slot=slot, slots=len(self.members))
+            live = self.registry.beat(member, state, self.ttl_s, busy=job_id is not None)
         if not live:  # draining: claim nothing, so no job is placed on this worker
             return
         if self.direct is not None:  # re-registered each beat: a sweep may have dropped it
-            self.direct.register(self.worker)
+            self.direct.register(member)
         if self.holdings is not None:
-            self.claims.publish(self.worker, self.holdings(), self.ttl_s)
+            self.claims.publish(member, self.holdings(), self.ttl_s)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):

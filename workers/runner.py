@@ -5,7 +5,10 @@ from __future__ import annotations
 import io
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
+import numpy as np
+import numpy.typing as npt
 import redis
 import structlog
 from billiard.exceptions import SoftTimeLimitExceeded
@@ -17,6 +20,7 @@ from animfleet.jobs import (
     JobCanceled,
     JobError,
     JobOutput,
+    JobParams,
     JobRecord,
     JobState,
 )
@@ -32,6 +36,7 @@ from workers.encode import EncodeError, encode_mp4
 from workers.errors import WorkerError
 from workers.heartbeat import Heartbeat
 from workers.model import Animator, ModelError
+from workers.model.pipeline import StepCallback
 from workers.settings import WorkerSettings
 from workers.versions import ModelShelf
 
@@ -43,6 +48,19 @@ UNNAMED_MODEL = "worker@local"  # a runner built without a shelf (in-process tes
 VERSION_FAILURES = frozenset(
     {"model_error", "model_unavailable", "internal_error", "timeout", "worker_lost"}
 )
+
+
+class BatchDenoiser(Protocol):
+    """What a batch worker's runners denoise in (``workers.batching.BatchEngine``)."""
+
+    def animate(
+        self,
+        animator: Animator,
+        image: bytes,
+        params: JobParams,
+        on_step: StepCallback | None,
+        time_limit_s: float | None,
+    ) -> npt.NDArray[np.uint8]: ...
 
 
 class JobFailed(WorkerError):
@@ -67,16 +85,19 @@ class JobRunner:
     heartbeat: Heartbeat | None = None
     # Registry versions beside ``animator`` (the worker's own model); None: only its own.
     shelf: ModelShelf | None = None
+    # Batch mode: the engine this runner's jobs denoise in, and the heartbeat slot it marks.
+    batch: BatchDenoiser | None = None
+    slot: int = 0
 
     def run(self, job_id: str) -> None:
         """Run ``job_id`` to a terminal state; never raises for a job-level failure."""
         if self.heartbeat:
-            self.heartbeat.busy(job_id)
+            self.heartbeat.busy(job_id, self.slot)
         try:
             self._run(job_id)
         finally:
             if self.heartbeat:
-                self.heartbeat.busy(None)
+                self.heartbeat.busy(None, self.slot)
 
     def _run(self, job_id: str) -> None:
         bound = log.bind(job_id=job_id, region=self.region.name, worker=self.worker_name)
@@ -186,7 +207,11 @@ class JobRunner:
             raise JobFailed("model_unavailable", str(error)) from error
         started = time.perf_counter()
         try:
-            frames = animator.animate(image, params, on_step)
+            if self.batch is None:
+                frames = animator.animate(image, params, on_step)
+            else:  # a thread pool has no soft time limit of its own: the engine keeps it
+                limit = self.settings.soft_time_limit_s
+                frames = self.batch.animate(animator, image, params, on_step, limit)
         except ModelError as error:
             raise JobFailed("model_error", str(error)) from error
         inferred = time.perf_counter()

@@ -77,6 +77,10 @@ class WorkerSettings(EnvSettings):
     verify_psnr_db: float = Field(default=40.0, ge=0)
     # DeepCache-style block caching of a MotionUNet: the deep blocks run every Nth step (0: off).
     block_cache: int = Field(default=0, ge=0, le=16)
+    # Continuous batching (workers/batching): up to this many jobs share one denoising loop,
+    # each joining and leaving at a step boundary; the worker counts as this many slots.
+    # 1: one job per GPU, the classic path.
+    batch: int = Field(default=1, ge=1, le=64)
 
     @model_validator(mode="after")
     def _limits_are_ordered(self) -> WorkerSettings:
@@ -92,6 +96,24 @@ class WorkerSettings(EnvSettings):
         if broken:
             names = " > ".join(self.env_name(name) for name in chain)
             raise ValueError(f"need {names}: " + "; ".join(broken))
+        return self
+
+    @model_validator(mode="after")
+    def _batch_mode_fits(self) -> WorkerSettings:
+        # Block caching and compiled graphs keep per-call state shaped for one video; the
+        # memory guard kills a pool child, and a batch worker runs its jobs in threads.
+        if self.batch == 1:
+            return self
+        clashes = [
+            f"{self.env_name(name)}={_shown(float(getattr(self, name)))}"
+            for name in ("block_cache", "compile", "max_rss_mb")
+            if getattr(self, name)
+        ]
+        if clashes:
+            raise ValueError(
+                f"{self.env_name('batch')}={self.batch} runs jobs in one batched loop, "
+                f"which does not support " + ", ".join(clashes) + "; unset them or use batch 1"
+            )
         return self
 
     @field_validator("shape_buckets")

@@ -6,6 +6,11 @@ members whose score lies in the future gives live and busy GPUs in one command, 
 script too, so a worker that dies stops counting as capacity within its TTL without anything
 having to notice the death. A JSON key per worker carries the details (job, variant, pid).
 
+A batch worker (one that runs up to N jobs in one batched loop) heartbeats N slot members,
+``<worker>/0`` .. ``<worker>/N-1``, each live and, while it holds a job, busy: every count of
+the sets is then a count of job slots, and a job record names the slot that runs it, whose
+details key tells the sweeper whether it is still there.
+
 A worker told to stop (SIGTERM, a warm shutdown) is marked draining: it leaves both sets at
 once, and its own heartbeats no longer put it back, so no dispatcher admits to it while it
 finishes the job it has.
@@ -42,6 +47,14 @@ return 1
 """
 
 
+def slot_names(worker: str, slots: int) -> list[str]:
+    """The registry members of a worker with ``slots`` job slots: its own name for one slot
+    (a one-job-per-GPU worker), else ``<worker>/0`` .. ``<worker>/<slots-1>``."""
+    if slots < 1:
+        raise ValueError(f"slots must be at least 1, got {slots}")
+    return [worker] if slots == 1 else [f"{worker}/{index}" for index in range(slots)]
+
+
 class WorkerRegistry:
     """The heartbeat entries of one region's workers."""
 
@@ -71,13 +84,14 @@ class WorkerRegistry:
         ]
         return bool(self._beat(keys=keys, args=args))
 
-    def drain(self, worker: str, for_s: float) -> None:
-        """Take ``worker`` out of the capacity count now and keep it out for ``for_s`` (longer
-        than its running job can take), while it finishes that job."""
+    def drain(self, worker: str, for_s: float, slots: int = 1) -> None:
+        """Take ``worker`` (each of its ``slots``) out of the capacity count now and keep it
+        out for ``for_s`` (longer than its running jobs can take), while it finishes them."""
         with self.redis.pipeline() as pipe:
-            pipe.set(self.draining_key(worker), time.time(), px=int(for_s * 1000))
-            pipe.zrem(self.live_key, worker)
-            pipe.zrem(self.busy_key, worker)
+            for member in slot_names(worker, slots):
+                pipe.set(self.draining_key(member), time.time(), px=int(for_s * 1000))
+                pipe.zrem(self.live_key, member)
+                pipe.zrem(self.busy_key, member)
             pipe.execute()
 
     def present(self, worker: str) -> bool:

@@ -1,0 +1,247 @@
+"""The batch engine against the plain path: the same frames per job, failures and cancels alone.
+
+The shipped models (the three-pass teacher and the one-pass student) run in fp32 on small
+videos. Frames must match a job run alone to at least 50 dB PSNR: the contract, since a kernel
+may pick another reduction order for another batch size on other hardware. On this CPU they
+are bit-identical (every row of the U-Net is computed as it would be alone), and the tests
+print nothing else; the worst PSNR seen is asserted, not just that of one job.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+import torch
+
+from animfleet.jobs import JobCanceled, JobParams
+from animfleet.models import SHIPPED_STUDENT_DIR, SHIPPED_TEACHER_DIR
+from workers.batching import BatchEngine
+from workers.batching import engine as engine_module
+from workers.batching.sample import Sample, prepare
+from workers.model import Animator, ModelError
+from workers.model.animator import load_animator
+from workers.model.profile import psnr
+from workers.settings import WorkerSettings
+
+MIN_PSNR_DB = 50.0
+PROMPTS = ["pan left slowly", "zoom in", "rotate clockwise", "pan right"]
+
+Frames = npt.NDArray[np.uint8]
+
+
+def _load(model: Path) -> Animator:
+    return load_animator(WorkerSettings(model_dir=model, profile=False, compile=False))
+
+
+@pytest.fixture(scope="module")
+def student() -> Animator:
+    return _load(SHIPPED_STUDENT_DIR)
+
+
+@pytest.fixture(scope="module")
+def teacher() -> Animator:
+    return _load(SHIPPED_TEACHER_DIR)
+
+
+@pytest.fixture
+def engine() -> Iterator[BatchEngine]:
+    running = BatchEngine(4)
+    yield running
+    running.close()
+
+
+def _jobs(make_image: Callable[..., bytes], count: int) -> list[tuple[bytes, JobParams]]:
+    """Different images, prompts, seeds and step counts."""
+    return [
+        (
+            make_image(16, 16, seed=index),
+            JobParams(
+                prompt=PROMPTS[index % len(PROMPTS)],
+                frames=4,
+                fps=8,
+                width=16,
+                height=16,
+                seed=100 + index,
+                steps=(5, 7, 4, 6)[index % 4],
+            ),
+        )
+        for index in range(count)
+    ]
+
+
+class Staggered:
+    """Runs jobs in threads through the engine, each starting once the one before it has run
+    ``join_after`` steps: jobs join a batch already under way."""
+
+    def __init__(self, engine: BatchEngine, animator: Animator, join_after: int = 2) -> None:
+        self.engine, self.animator, self.join_after = engine, animator, join_after
+        self.frames: dict[int, Frames] = {}
+        self.errors: dict[int, BaseException] = {}
+        self.steps: dict[int, list[int]] = {}
+
+    def run(
+        self,
+        jobs: list[tuple[bytes, JobParams]],
+        on_step: Callable[[int, int, int], None] | None = None,
+    ) -> None:
+        threads = []
+        for index, (image, params) in enumerate(jobs):
+            joined = threading.Event()
+            self.steps[index] = []
+
+            def step(done: int, total: int, index: int = index, joined: threading.Event = joined):
+                self.steps[index].append(done)
+                if done >= self.join_after or done == total:
+                    joined.set()
+                if on_step is not None:
+                    on_step(index, done, total)
+
+            def work(index: int = index, image: bytes = image, params: JobParams = params) -> None:
+                try:
+                    self.frames[index] = self.engine.animate(
+                        self.animator, image, params, step, None
+                    )
+                except BaseException as error:
+                    self.errors[index] = error
+                    joined.set()
+
+            thread = threading.Thread(target=work)
+            thread.start()
+            threads.append(thread)
+            assert joined.wait(60), f"job {index} never ran {self.join_after} steps"
+        for thread in threads:
+            thread.join(120)
+            assert not thread.is_alive()
+
+
+def _assert_same(batched: Frames, alone: Frames) -> float:
+    assert batched.shape == alone.shape
+    quality = float("inf") if np.array_equal(batched, alone) else psnr(batched, alone)
+    assert quality >= MIN_PSNR_DB
+    return quality
+
+
+@pytest.mark.parametrize("model", ["student", "teacher"])
+def test_jobs_joining_at_different_steps_get_the_frames_they_get_alone(
+    model: str, engine: BatchEngine, make_image: Callable[..., bytes], request: pytest.FixtureRequest
+) -> None:
+    animator: Animator = request.getfixturevalue(model)
+    jobs = _jobs(make_image, 4)
+    alone = [animator.animate(image, params) for image, params in jobs]
+    staggered = Staggered(engine, animator)
+    staggered.run(jobs)
+    assert not staggered.errors
+    for index, frames in enumerate(alone):
+        _assert_same(staggered.frames[index], frames)
+        total = jobs[index][1].steps
+        assert staggered.steps[index] == list(range(1, (total or 0) + 1))  # every step reported
+    assert engine.largest_batch >= 3  # they did share U-Net calls
+    assert engine.steps_run < sum(params.steps or 0 for _, params in jobs)
+
+
+def test_a_sample_whose_latents_go_non_finite_fails_alone(
+    student: Animator,
+    engine: BatchEngine,
+    make_image: Callable[..., bytes],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    jobs = _jobs(make_image, 3)
+    alone = [student.animate(image, params) for image, params in jobs]
+    poisoned_seed = jobs[1][1].seed
+
+    def poisoned(animator: Animator, image: bytes, params: JobParams) -> Sample:
+        sample = prepare(animator, image, params)
+        if params.seed == poisoned_seed:
+            sample.latents[0, 0, 0, 0, 0] = float("nan")
+        return sample
+
+    monkeypatch.setattr(engine_module, "prepare", poisoned)
+    staggered = Staggered(engine, student, join_after=1)
+    staggered.run(jobs)
+    assert isinstance(staggered.errors.pop(1), ModelError)
+    assert not staggered.errors
+    for index in (0, 2):
+        _assert_same(staggered.frames[index], alone[index])
+
+
+def test_a_sample_that_breaks_the_batched_call_fails_alone(
+    student: Animator,
+    engine: BatchEngine,
+    make_image: Callable[..., bytes],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A U-Net call that raises is retried one sample at a time: only the culprit fails."""
+    jobs = _jobs(make_image, 3)
+    alone = [student.animate(image, params) for image, params in jobs]
+    unet = student.pipeline.unet
+    forward = unet.forward
+    poison_seed = jobs[2][1].seed
+
+    def poisoned_prepare(animator: Animator, image: bytes, params: JobParams) -> Sample:
+        sample = prepare(animator, image, params)
+        if params.seed == poison_seed:  # a context the U-Net refuses, as a bad input might be
+            sample.conditions.context.fill_(float("inf"))
+        return sample
+
+    def refusing(*args: object, **kwargs: object) -> object:
+        context = kwargs["encoder_hidden_states"]
+        assert isinstance(context, torch.Tensor)
+        if torch.isinf(context).any():
+            raise RuntimeError("a sample the kernel cannot take")
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(engine_module, "prepare", poisoned_prepare)
+    monkeypatch.setattr(unet, "forward", refusing)
+    staggered = Staggered(engine, student, join_after=1)
+    staggered.run(jobs)
+    assert isinstance(staggered.errors.pop(2), ModelError)
+    assert not staggered.errors
+    for index in (0, 1):
+        _assert_same(staggered.frames[index], alone[index])
+
+
+def test_canceling_one_sample_mid_batch_leaves_the_others_untouched(
+    student: Animator, engine: BatchEngine, make_image: Callable[..., bytes]
+) -> None:
+    jobs = _jobs(make_image, 3)
+    alone = [student.animate(image, params) for image, params in jobs]
+
+    def cancel_second(index: int, done: int, total: int) -> None:
+        if index == 1 and done == 2:  # the record says canceled: on_step raises
+            raise JobCanceled("canceled", f"canceled at {done}")
+
+    staggered = Staggered(engine, student, join_after=1)
+    staggered.run(jobs, cancel_second)
+    assert isinstance(staggered.errors.pop(1), JobCanceled)
+    assert not staggered.errors
+    assert staggered.steps[1][-1] <= 3  # left the batch within a step of the cancel
+    for index in (0, 2):
+        _assert_same(staggered.frames[index], alone[index])
+
+
+def test_past_its_time_limit_a_job_leaves_the_batch(
+    student: Animator, engine: BatchEngine, make_image: Callable[..., bytes]
+) -> None:
+    from billiard.exceptions import SoftTimeLimitExceeded
+
+    image, params = _jobs(make_image, 1)[0]
+    slow = params.model_copy(update={"steps": 200})
+    with pytest.raises(SoftTimeLimitExceeded):
+        engine.animate(student, image, slow, None, 0.05)
+
+
+def test_a_model_the_engine_cannot_batch_runs_as_it_would_alone(
+    engine: BatchEngine, make_image: Callable[..., bytes]
+) -> None:
+    from tests.fixtures.standin import StandinAnimator
+
+    standin = StandinAnimator(0.01, jitter=0)
+    image, params = _jobs(make_image, 1)[0]
+    frames = engine.animate(standin, image, params, None, None)
+    assert frames.shape == (params.frames, params.height, params.width, 3)
+    assert engine.steps_run == 0
