@@ -99,3 +99,31 @@ def test_a_named_worker_takes_its_direct_queue_before_the_shared_one() -> None:
     assert names == ["animate.eu-west.w.gpu-1@host", "animate.eu-west"]
     # kombu's default takes queues in turn; "priority" takes the direct one first each time.
     assert config["broker_transport_options"]["queue_order_strategy"] == "priority"
+
+
+def test_batch_mode_refuses_the_per_video_optimizations_and_the_memory_guard() -> None:
+    assert WorkerSettings.from_env({}).batch == 1
+    assert WorkerSettings.from_env({"ANIMFLEET_WORKER_BATCH": "4"}).batch == 4
+    with pytest.raises(SettingsError) as caught:
+        WorkerSettings.from_env(
+            {
+                "ANIMFLEET_WORKER_BATCH": "4",
+                "ANIMFLEET_WORKER_BLOCK_CACHE": "2",
+                "ANIMFLEET_WORKER_MAX_RSS_MB": "4096",
+            }
+        )
+    message = str(caught.value)
+    assert "ANIMFLEET_WORKER_BATCH=4" in message
+    assert "ANIMFLEET_WORKER_BLOCK_CACHE=2" in message
+    assert "ANIMFLEET_WORKER_MAX_RSS_MB=4096" in message
+    with pytest.raises(SettingsError, match="ANIMFLEET_WORKER_BATCH"):
+        WorkerSettings.from_env({"ANIMFLEET_WORKER_BATCH": "0"})
+
+
+def test_a_batch_worker_takes_as_many_messages_as_it_has_slots() -> None:
+    region = Region(name="cfg", broker_url="redis://127.0.0.1:6379/0")
+    config = celery_config(region, WorkerSettings(batch=4, name="gpu-1@host"))
+    assert (config["worker_concurrency"], config["worker_prefetch_multiplier"]) == (4, 1)
+    names = [queue.name for queue in config["task_queues"]]  # a direct queue per slot
+    assert names == [*(f"animate.cfg.w.gpu-1@host/{n}" for n in range(4)), "animate.cfg"]
+    assert celery_config(region, WorkerSettings())["worker_concurrency"] == 1

@@ -101,7 +101,12 @@ class Staggered:
                 if on_step is not None:
                     on_step(index, done, total)
 
-            def work(index: int = index, image: bytes = image, params: JobParams = params) -> None:
+            def work(
+                index: int = index,
+                image: bytes = image,
+                params: JobParams = params,
+                joined: threading.Event = joined,
+            ) -> None:
                 try:
                     self.frames[index] = self.engine.animate(
                         self.animator, image, params, step, None
@@ -128,7 +133,10 @@ def _assert_same(batched: Frames, alone: Frames) -> float:
 
 @pytest.mark.parametrize("model", ["student", "teacher"])
 def test_jobs_joining_at_different_steps_get_the_frames_they_get_alone(
-    model: str, engine: BatchEngine, make_image: Callable[..., bytes], request: pytest.FixtureRequest
+    model: str,
+    engine: BatchEngine,
+    make_image: Callable[..., bytes],
+    request: pytest.FixtureRequest,
 ) -> None:
     animator: Animator = request.getfixturevalue(model)
     jobs = _jobs(make_image, 4)
