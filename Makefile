@@ -205,3 +205,11 @@ eval-slim: venv
 
 clean:
 	rm -rf run out .pytest_cache .mypy_cache .ruff_cache
+
+# Continuous batching (worker --batch 4) vs one job per GPU on one local fleet: Poisson arrivals
+# at 50%, 90% and 130% of the one-job capacity measured in the same run, the modes alternating;
+# table of throughput and latency ratios, PASS when every job ran exactly once with the same
+# frames in both modes; plot in run/bench-batching/latency.png.
+.PHONY: bench-batching
+bench-batching: venv
+	nice -n 10 $(PY) -m benchmarks.batching_bench

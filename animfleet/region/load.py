@@ -11,7 +11,8 @@ class RegionLoad:
     """A snapshot of one region's GPU fleet.
 
     Each GPU worker holds at most one job, so a region's capacity is its number of live workers
-    and its load is what it holds: jobs running plus jobs waiting in its queue.
+    and its load is what it holds: jobs running plus jobs waiting in its queue. (A batch worker,
+    ``--batch N``, heartbeats one member per slot, so it counts as N workers here.)
 
     Args:
         region: the region name, as in the topology.
