@@ -80,7 +80,7 @@ def test_a_batch_worker_counts_as_its_slots_and_runs_every_job_exactly_once(
         assert record.attempts == 1 and _running_log_lines(batch_fleet, record.id) == 1
         assert record.worker is not None and record.worker.startswith(f"worker-{REGION}-0/")
         assert record.output is not None
-        with av.open(io.BytesIO(store.get(record.output.key))) as container:
+        with av.open(io.BytesIO(store.get(record.output.key)), mode="r") as container:
             assert len(list(container.decode(video=0))) == 4
     assert len({record.worker for record in records}) > 1  # jobs shared the loop
     with redis.Redis.from_url(batch_fleet.redis_url(REGION)) as client:

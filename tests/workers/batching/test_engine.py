@@ -94,7 +94,9 @@ class Staggered:
             joined = threading.Event()
             self.steps[index] = []
 
-            def step(done: int, total: int, index: int = index, joined: threading.Event = joined):
+            def step(
+                done: int, total: int, index: int = index, joined: threading.Event = joined
+            ) -> None:
                 self.steps[index].append(done)
                 if done >= self.join_after or done == total:
                     joined.set()
