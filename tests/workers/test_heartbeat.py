@@ -8,6 +8,7 @@ import pytest
 import redis
 
 from animfleet.jobs import JobParams, JobRecord, JobState
+from animfleet.region.affinity import DirectQueues, Holdings
 from animfleet.region.jobstore import ADMITTED, FULL, JobStore
 from animfleet.region.sweeper import Sweeper, SweepSettings
 from animfleet.region.workers import WorkerRegistry
@@ -91,3 +92,29 @@ def test_the_sweeper_requeues_a_slots_job_only_once_the_worker_is_gone(
     batch_beat.stop()  # every slot leaves (a lost host's details lapse the same way)
     assert sweeper.sweep().requeued == ["hb.run"]
     assert store.get("hb.run").status is JobState.QUEUED
+
+
+def test_each_slot_claims_the_workers_holdings_and_has_its_own_direct_queue(
+    redis_client: redis.Redis, region: Region
+) -> None:
+    direct = DirectQueues(redis_client, region)
+    beat = Heartbeat(
+        redis_client,
+        "hb",
+        "gpu-a",
+        "v1",
+        interval_s=60,
+        ttl_s=30,
+        holdings=lambda: ["addon:shake"],
+        direct=direct,
+        slots=2,
+    )
+    beat.beat()
+    assert Holdings(redis_client, "hb").candidates(["addon:shake"]) == ["gpu-a/0", "gpu-a/1"]
+    assert redis_client.smembers(direct.key) == {b"gpu-a/0", b"gpu-a/1"}
+    # A slot that is live keeps its direct queue; the sweeper's rescue leaves it alone.
+    assert direct.rescue(consuming=WorkerRegistry(redis_client, "hb").is_live) == []
+    WorkerRegistry(redis_client, "hb").drain("gpu-a", for_s=30, slots=2)
+    beat.beat()
+    assert not WorkerRegistry(redis_client, "hb").live()
+    beat.stop()
