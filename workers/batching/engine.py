@@ -82,8 +82,9 @@ class BatchEngine:
             return frames
         until = None if time_limit_s is None else time.monotonic() + time_limit_s
         try:
-            with animator._addons_active(params):  # checks the add-ons exist, before any step
-                pass
+            # Checks (and loads) the add-ons before any step, without entering the context:
+            # only the engine thread may switch the U-Net's branches, around its own calls.
+            animator._addons_active(params)
             sample = prepare(animator, image, params)
         except (RuntimeError, ValueError) as error:
             raise ModelError(f"{type(error).__name__}: {error}") from error

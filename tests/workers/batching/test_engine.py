@@ -18,6 +18,7 @@ import numpy.typing as npt
 import pytest
 import torch
 
+from animfleet.addons import AddonUse
 from animfleet.jobs import JobCanceled, JobParams
 from animfleet.models import SHIPPED_STUDENT_DIR, SHIPPED_TEACHER_DIR
 from workers.batching import BatchEngine
@@ -255,3 +256,21 @@ def test_a_model_the_engine_cannot_batch_runs_as_it_would_alone(
     frames = engine.animate(standin, image, params, None, None)
     assert frames.shape == (params.frames, params.height, params.width, 3)
     assert engine.steps_run == 0
+
+
+def test_jobs_with_and_without_add_ons_share_the_loop_and_each_gets_its_own_frames(
+    student: Animator, engine: BatchEngine, make_image: Callable[..., bytes]
+) -> None:
+    """Add-ons act on the whole U-Net, so their jobs step in a U-Net call of their own; the
+    base model's jobs beside them must not see the add-on, nor the add-on job lose it."""
+    assert student.addons is not None and "shake" in student.addons.names()
+    jobs = _jobs(make_image, 3)
+    shaken = jobs[1][1].model_copy(update={"addons": (AddonUse(name="shake", scale=1.0),)})
+    jobs[1] = (jobs[1][0], shaken)
+    alone = [student.animate(image, params) for image, params in jobs]
+    assert not np.array_equal(alone[1], student.animate(jobs[1][0], _jobs(make_image, 3)[1][1]))
+    staggered = Staggered(engine, student, join_after=1)
+    staggered.run(jobs)
+    assert not staggered.errors
+    for index, frames in enumerate(alone):
+        _assert_same(staggered.frames[index], frames)
