@@ -28,13 +28,13 @@ from animfleet.region.backlog import Backlog
 from animfleet.region.catalog import ModelCatalog
 from animfleet.region.handoff import Handoff
 from animfleet.region.jobstore import FULL, JobNotFound, JobStore, expire_if_overdue
-from animfleet.region.messages import AnimateMessages
 from animfleet.region.status import read_region_status
 from animfleet.region.tenants import Tenants
 from animfleet.settings import EnvSettings, load
 from animfleet.topology import Topology
 from dispatcher import metrics
 from dispatcher.admission import AdmissionSettings, admission_limit
+from dispatcher.enqueue import RegionQueue
 from dispatcher.placement import RoutingCache, admission_settings_from_env
 
 WEIGHTS_EVERY_S = 5.0
@@ -94,7 +94,7 @@ class RegionScheduler:
         self.admission, self.routing = admission, routing
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{id(self)}"
         self._stores: dict[str, JobStore] = {}
-        self._messages: dict[str, AnimateMessages] = {}
+        self._queues: dict[str, RegionQueue] = {}
         self.handoff = Handoff(
             self.store(region).redis, region, topology.region(region).queue, admission.allowance
         )
@@ -171,13 +171,9 @@ class RegionScheduler:
             self.handoff.give_back(job_id)  # its version is not in that region's registry
             return 0
         copy = record.model_copy(update={"region": target})
-        answer = self.store(target).admit(
-            copy,
-            image,
-            message=self.messages(target).for_job(job_id),
-            queue=self.topology.region(target).queue,
-            allowance=self.admission.allowance,
-        )
+        # Only onto a GPU queue there (a region with a backlog of its own has no room): FULL,
+        # and the job goes back to this backlog.
+        answer = self.queue(target).admit(copy, image)
         if answer.outcome == FULL:
             self.handoff.give_back(job_id)
             return 0
@@ -217,10 +213,16 @@ class RegionScheduler:
             else:
                 self._finish_move(claim.job_id, claim.target)
 
-    def messages(self, region: str) -> AnimateMessages:
-        if region not in self._messages:
-            self._messages[region] = AnimateMessages(self.topology.region(region))
-        return self._messages[region]
+    def queue(self, region: str) -> RegionQueue:
+        """``region``'s admission, as a dispatcher's submit uses it (placement included)."""
+        if region not in self._queues:
+            self._queues[region] = RegionQueue(
+                self.topology.region(region),
+                self.store(region),
+                self.admission.allowance,
+                affinity=self.admission.affinity,
+            )
+        return self._queues[region]
 
     def _expire(self, region: str, job_ids: list[str]) -> None:
         """End backlog jobs found past their start deadline ``expired``, without a GPU."""

@@ -1,8 +1,8 @@
 """Job records in a region's Redis: created by the dispatcher, advanced by workers.
 
-A record is created by an atomic admission script, which stores the record and its input with
-its queue message (:meth:`JobStore.admit`, onto a GPU queue) or its backlog entry
-(:mod:`animfleet.region.backlog`) in one call. It is changed only by :meth:`JobStore.update`,
+A record is created by the region's atomic admission script (:mod:`animfleet.region.backlog`),
+which stores the record and its input with its queue message (onto a GPU queue) or its backlog
+entry in one call. It is changed only by :meth:`JobStore.update`,
 which writes the change and the webhook events it causes (:mod:`animfleet.region.outbox`) in one
 transaction.
 """
@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -23,7 +22,6 @@ from animfleet.jobs import IllegalTransition, JobRecord, JobState
 from animfleet.region import outbox
 from animfleet.region.archive import RecordArchive
 from animfleet.region.keys import (
-    BUSY_SET,
     FINISHED_SET,
     HOLDING_SET,
     IDEMPOTENCY_KEY,
@@ -36,7 +34,6 @@ from animfleet.region.keys import (
     RUNNING_SET,
     START_BY_SET,
     WAITING_SET,
-    WORKER_SET,
 )
 
 IDEMPOTENCY_TTL_S = 24 * 3600
@@ -47,56 +44,19 @@ RETRY_S = 30.0
 TRANSIENT = (redis.ConnectionError, redis.TimeoutError)
 
 
+# What an admission script answers (:meth:`animfleet.region.backlog.Backlog.admit`).
 ADMITTED, FULL, EXISTS, REPEAT = 1, 0, -1, 2
 
-# KEYS: workers, busy, queued, start-by, record, input, queue list, holding set of the job's
-#       home region, idempotency keys...
-# ARGV: now, allowance ('' = no limit), record json, image, record ttl, input ttl, job id,
-#       created at, start-by (or ""), message (or "": none), idempotency entry, one ttl per
-#       idempotency key
-# An idempotency key bound already wins over everything: the caller gets the earlier job.
-# The holding set lets the router count, per home region, the jobs held anywhere: its demand.
-_ADMIT_SCRIPT = """
-for i = 9, #KEYS do
-  local earlier = redis.call('GET', KEYS[i])
-  if earlier then return {2, 0, 0, earlier, i - 8} end
-end
-local now = tonumber(ARGV[1])
-local live = redis.call('ZCOUNT', KEYS[1], now, '+inf')
-local busy = redis.call('ZCOUNT', KEYS[2], now, '+inf')
-local held = busy + redis.call('ZCARD', KEYS[3])
-if ARGV[2] ~= '' and held >= math.floor(live * (1 + tonumber(ARGV[2])) + 1e-9) then
-  return {0, live, held}
-end
-if not redis.call('SET', KEYS[5], ARGV[3], 'EX', ARGV[5], 'NX') then
-  return {-1, live, held}
-end
-redis.call('SET', KEYS[6], ARGV[4], 'EX', ARGV[6])
-redis.call('ZADD', KEYS[3], ARGV[8], ARGV[7])
-if ARGV[9] ~= '' then
-  redis.call('ZADD', KEYS[4], ARGV[9], ARGV[7])
-end
-if ARGV[10] ~= '' then
-  redis.call('LPUSH', KEYS[7], ARGV[10])
-end
-redis.call('ZADD', KEYS[8], ARGV[8], ARGV[7])
-for i = 9, #KEYS do
-  redis.call('SET', KEYS[i], ARGV[11], 'EX', ARGV[i + 3])
-end
-return {1, live, held + 1}
+# KEYS: record, input, queued, start-by, holding set of the job's home region
+# ARGV: record json, image, record ttl, input ttl, job id, created at, start-by (or '')
+_CREATE = """
+if not redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[3], 'NX') then return 0 end
+redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[4])
+redis.call('ZADD', KEYS[3], ARGV[6], ARGV[5])
+if ARGV[7] ~= '' then redis.call('ZADD', KEYS[4], ARGV[7], ARGV[5]) end
+redis.call('ZADD', KEYS[5], ARGV[6], ARGV[5])
+return 1
 """
-
-
-@dataclass(frozen=True)
-class Admission:
-    """What the admission script answered: ``outcome`` is ADMITTED, FULL, EXISTS or REPEAT
-    (then ``earlier`` holds the idempotency entry bound before)."""
-
-    outcome: int
-    live_workers: int
-    held: int
-    earlier: bytes | None = None
-    matched: int = 0  # which idempotency key (1-based) was bound already
 
 
 class JobNotFound(PermanentError, KeyError):
@@ -125,7 +85,7 @@ class JobStore:
     def __init__(self, client: redis.Redis, retry_s: float = RETRY_S) -> None:
         self.redis = client
         self.retry_s = retry_s
-        self._admit = client.register_script(_ADMIT_SCRIPT)
+        self._create = client.register_script(_CREATE)
 
     @classmethod
     def from_url(cls, url: str, retry_s: float = RETRY_S) -> JobStore:
@@ -140,41 +100,20 @@ class JobStore:
             reraise=True,
         )
 
-    def admit(
-        self,
-        record: JobRecord,
-        image: bytes,
-        *,
-        message: str = "",
-        queue: str = "",
-        allowance: float | None = None,
-        idempotency: Sequence[tuple[str, int]] = (),
-        idempotency_entry: str = "",
-    ) -> Admission:
-        """Store a new record and its input, and push ``message`` onto the list ``queue``, in
-        one atomic script; the only way a record is created.
-
-        ``allowance``: admit only while the region's queued + running jobs stay below its live
-        GPUs times ``1 + allowance`` (``None``: no limit). ``idempotency`` lists (Redis key, ttl)
-        pairs (from :meth:`idempotency_slot`) to bind to ``idempotency_entry``; if one is bound
-        already nothing is written and the outcome is REPEAT.
-        """
-        region = record.region
+    def create(self, record: JobRecord, image: bytes) -> None:
+        """Store a new queued record and its input, with no message (the job is handed to a
+        worker by other means: tests, tools); fails if the id exists already. Jobs from users
+        are created by the admission script (:meth:`animfleet.region.backlog.Backlog.admit`),
+        which also checks capacity and pushes the message."""
         limits = [t for t in (record.start_deadline, record.deadline) if t is not None]
         keys = [
-            WORKER_SET + region,
-            BUSY_SET + region,
-            QUEUED_SET + region,
-            START_BY_SET + region,
             JOB_KEY + record.id,
             INPUT_KEY + record.id,
-            queue or JOB_KEY + record.id,  # unused when there is no message
+            QUEUED_SET + record.region,
+            START_BY_SET + record.region,
             HOLDING_SET + record.home_region,
-            *(key for key, _ in idempotency),
         ]
         args: list[Any] = [
-            repr(time.time()),
-            "" if allowance is None else repr(allowance),
             record.model_dump_json(),
             image,
             RECORD_TTL_S,
@@ -182,19 +121,8 @@ class JobStore:
             record.id,
             repr(record.created_at),
             repr(min(limits)) if limits else "",
-            message,
-            idempotency_entry,
-            *(ttl for _, ttl in idempotency),
         ]
-        answer = self._admit(keys=keys, args=args)
-        if int(answer[0]) == REPEAT:
-            return Admission(REPEAT, 0, 0, earlier=answer[3], matched=int(answer[4]))
-        return Admission(int(answer[0]), int(answer[1]), int(answer[2]))
-
-    def create(self, record: JobRecord, image: bytes) -> None:
-        """Store a new record with no limit and no message (the job is handed to a worker by
-        other means); fails if the id exists already."""
-        if self.admit(record, image).outcome == EXISTS:
+        if not self._create(keys=keys, args=args):
             raise FileExistsError(f"job {record.id} exists already")
 
     def get(self, job_id: str) -> JobRecord:
