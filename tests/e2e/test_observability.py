@@ -16,7 +16,8 @@ import httpx
 import pytest
 
 from tests.fixtures.standin import ANIMATOR as STANDIN
-from tools.localfleet import LocalFleet, free_port
+from tools.local_servers import free_port
+from tools.localfleet import LocalFleet
 
 pytestmark = pytest.mark.e2e
 

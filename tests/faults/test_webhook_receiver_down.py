@@ -15,7 +15,8 @@ import pytest
 from animfleet.jobs import JobState
 from dispatcher import Client
 from tests.faults.conftest import settle, standin, wait_until
-from tools.localfleet import LocalFleet, free_port
+from tools.local_servers import free_port
+from tools.localfleet import LocalFleet
 
 pytestmark = pytest.mark.faults
 

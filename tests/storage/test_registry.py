@@ -20,7 +20,8 @@ from storage.registry import (
     directory_files,
 )
 from storage.s3 import S3Store
-from tools.localfleet import S3_ACCESS_KEY, S3_SECRET_KEY, LocalFleet
+from tools.local_servers import S3_ACCESS_KEY, S3_SECRET_KEY
+from tools.localfleet import LocalFleet
 from workers.model.pipeline import AnimationPipeline
 
 

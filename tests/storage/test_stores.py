@@ -11,7 +11,8 @@ import pytest
 from storage import ObjectStore, StorageError, StorageUnavailable, output_key
 from storage.local import LocalStore
 from storage.s3 import S3Store
-from tools.localfleet import S3_ACCESS_KEY, S3_SECRET_KEY, LocalFleet
+from tools.local_servers import S3_ACCESS_KEY, S3_SECRET_KEY
+from tools.localfleet import LocalFleet
 
 
 @pytest.fixture(params=["local", "s3"])

