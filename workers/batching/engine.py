@@ -86,6 +86,8 @@ class BatchEngine:
             # only the engine thread may switch the U-Net's branches, around its own calls.
             animator._addons_active(params)
             sample = prepare(animator, image, params)
+        except ModelError:
+            raise
         except (RuntimeError, ValueError) as error:
             raise ModelError(f"{type(error).__name__}: {error}") from error
         self._pending.put(sample)

@@ -274,3 +274,14 @@ def test_jobs_with_and_without_add_ons_share_the_loop_and_each_gets_its_own_fram
     assert not staggered.errors
     for index, frames in enumerate(alone):
         _assert_same(staggered.frames[index], frames)
+
+
+def test_an_add_on_the_worker_cannot_serve_fails_the_job_before_any_step(
+    student: Animator, engine: BatchEngine, make_image: Callable[..., bytes]
+) -> None:
+    image, params = _jobs(make_image, 1)[0]
+    unknown = params.model_copy(update={"addons": (AddonUse(name="wobble"),)})
+    with pytest.raises(ModelError, match="wobble") as caught:
+        engine.animate(student, image, unknown, None, None)
+    assert not str(caught.value).startswith("ModelError")
+    assert engine.steps_run == 0
