@@ -25,7 +25,7 @@ from workers.batching import BatchEngine
 from workers.batching import engine as engine_module
 from workers.batching.sample import Sample, prepare
 from workers.model import Animator, ModelError
-from workers.model.animator import load_animator
+from workers.model.animator import load_animator, prepare_image
 from workers.model.profile import psnr
 from workers.settings import WorkerSettings
 
@@ -68,7 +68,7 @@ def _jobs(make_image: Callable[..., bytes], count: int) -> list[tuple[bytes, Job
                 width=16,
                 height=16,
                 seed=100 + index,
-                steps=(5, 7, 4, 6)[index % 4],
+                steps=(8, 12, 9, 10)[index % 4],  # long enough for later jobs to join in time
             ),
         )
         for index in range(count)
@@ -285,3 +285,43 @@ def test_an_add_on_the_worker_cannot_serve_fails_the_job_before_any_step(
         engine.animate(student, image, unknown, None, None)
     assert not str(caught.value).startswith("ModelError")
     assert engine.steps_run == 0
+
+
+def test_each_sample_keeps_its_own_guidance_scales(
+    student: Animator,
+    engine: BatchEngine,
+    make_image: Callable[..., bytes],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A guidance-distilled student takes the scales as input, one row per sample."""
+    jobs = _jobs(make_image, 2)
+    scales = {jobs[0][1].seed: (2.0, 3.0), jobs[1][1].seed: (1.0, 1.0)}
+    alone = []
+    for image, params in jobs:
+        pixels = prepare_image(image, params.width, params.height)
+        image_scale, text_scale = scales[params.seed]
+        alone.append(
+            student.pipeline(
+                pixels,
+                params.prompt,
+                num_frames=params.frames,
+                fps=params.fps,
+                num_inference_steps=params.steps,
+                image_guidance_scale=image_scale,
+                text_guidance_scale=text_scale,
+                seed=params.seed,
+            )
+        )
+    assert not np.array_equal(*alone)
+
+    def scaled(animator: Animator, image: bytes, params: JobParams) -> Sample:
+        sample = prepare(animator, image, params)
+        sample.guidance = torch.tensor([scales[params.seed]])
+        return sample
+
+    monkeypatch.setattr(engine_module, "prepare", scaled)
+    staggered = Staggered(engine, student, join_after=1)
+    staggered.run(jobs)
+    assert not staggered.errors and engine.largest_batch == 2
+    for index, frames in enumerate(alone):
+        _assert_same(staggered.frames[index], frames)
