@@ -134,6 +134,27 @@ def _assert_same(batched: Frames, alone: Frames) -> float:
     return quality
 
 
+def _patch_prepare(monkeypatch: pytest.MonkeyPatch, change: Callable[[Sample], None]) -> None:
+    """Apply ``change`` to every sample the engine prepares (a fault, other scales)."""
+
+    def patched(animator: Animator, image: bytes, params: JobParams) -> Sample:
+        sample = prepare(animator, image, params)
+        change(sample)
+        return sample
+
+    monkeypatch.setattr(engine_module, "prepare", patched)
+
+
+def _only_one_fails(
+    staggered: Staggered, alone: list[Frames], culprit: int, kind: type[BaseException]
+) -> None:
+    assert isinstance(staggered.errors.pop(culprit), kind)
+    assert not staggered.errors
+    for index, frames in enumerate(alone):
+        if index != culprit:
+            _assert_same(staggered.frames[index], frames)
+
+
 @pytest.mark.parametrize("model", ["student", "teacher"])
 def test_jobs_joining_at_different_steps_get_the_frames_they_get_alone(
     model: str,
@@ -165,19 +186,14 @@ def test_a_sample_whose_latents_go_non_finite_fails_alone(
     alone = [student.animate(image, params) for image, params in jobs]
     poisoned_seed = jobs[1][1].seed
 
-    def poisoned(animator: Animator, image: bytes, params: JobParams) -> Sample:
-        sample = prepare(animator, image, params)
-        if params.seed == poisoned_seed:
+    def poison(sample: Sample) -> None:
+        if sample.params.seed == poisoned_seed:
             sample.latents[0, 0, 0, 0, 0] = float("nan")
-        return sample
 
-    monkeypatch.setattr(engine_module, "prepare", poisoned)
+    _patch_prepare(monkeypatch, poison)
     staggered = Staggered(engine, student, join_after=1)
     staggered.run(jobs)
-    assert isinstance(staggered.errors.pop(1), ModelError)
-    assert not staggered.errors
-    for index in (0, 2):
-        _assert_same(staggered.frames[index], alone[index])
+    _only_one_fails(staggered, alone, 1, ModelError)
 
 
 def test_a_sample_that_breaks_the_batched_call_fails_alone(
@@ -193,11 +209,9 @@ def test_a_sample_that_breaks_the_batched_call_fails_alone(
     forward = unet.forward
     poison_seed = jobs[2][1].seed
 
-    def poisoned_prepare(animator: Animator, image: bytes, params: JobParams) -> Sample:
-        sample = prepare(animator, image, params)
-        if params.seed == poison_seed:  # a context the U-Net refuses, as a bad input might be
+    def poison(sample: Sample) -> None:
+        if sample.params.seed == poison_seed:  # a context the U-Net refuses
             sample.conditions.context.fill_(float("inf"))
-        return sample
 
     def refusing(*args: object, **kwargs: object) -> object:
         context = kwargs["encoder_hidden_states"]
@@ -206,14 +220,11 @@ def test_a_sample_that_breaks_the_batched_call_fails_alone(
             raise RuntimeError("a sample the kernel cannot take")
         return forward(*args, **kwargs)
 
-    monkeypatch.setattr(engine_module, "prepare", poisoned_prepare)
+    _patch_prepare(monkeypatch, poison)
     monkeypatch.setattr(unet, "forward", refusing)
     staggered = Staggered(engine, student, join_after=1)
     staggered.run(jobs)
-    assert isinstance(staggered.errors.pop(2), ModelError)
-    assert not staggered.errors
-    for index in (0, 1):
-        _assert_same(staggered.frames[index], alone[index])
+    _only_one_fails(staggered, alone, 2, ModelError)
 
 
 def test_canceling_one_sample_mid_batch_leaves_the_others_untouched(
@@ -228,11 +239,8 @@ def test_canceling_one_sample_mid_batch_leaves_the_others_untouched(
 
     staggered = Staggered(engine, student, join_after=1)
     staggered.run(jobs, cancel_second)
-    assert isinstance(staggered.errors.pop(1), JobCanceled)
-    assert not staggered.errors
     assert staggered.steps[1][-1] <= 3  # left the batch within a step of the cancel
-    for index in (0, 2):
-        _assert_same(staggered.frames[index], alone[index])
+    _only_one_fails(staggered, alone, 1, JobCanceled)
 
 
 def test_past_its_time_limit_a_job_leaves_the_batch(
@@ -314,12 +322,10 @@ def test_each_sample_keeps_its_own_guidance_scales(
         )
     assert not np.array_equal(*alone)
 
-    def scaled(animator: Animator, image: bytes, params: JobParams) -> Sample:
-        sample = prepare(animator, image, params)
-        sample.guidance = torch.tensor([scales[params.seed]])
-        return sample
+    def scale(sample: Sample) -> None:
+        sample.guidance = torch.tensor([scales[sample.params.seed]])
 
-    monkeypatch.setattr(engine_module, "prepare", scaled)
+    _patch_prepare(monkeypatch, scale)
     staggered = Staggered(engine, student, join_after=1)
     staggered.run(jobs)
     assert not staggered.errors and engine.largest_batch == 2
