@@ -7,7 +7,8 @@ student with the same settings (fp32, eager: eager bf16 is many times slower on 
 batch worker does not load compiled packages). First each mode's capacity is measured with a
 burst of jobs; the one-job-per-GPU capacity sets the arrival rates. Then, at 50%, 90% and
 130% of it, the same seeded Poisson schedule of the same jobs is submitted to each mode in
-turn (which goes first alternates by load), and every job is waited for.
+turn (which goes first alternates by load), and every job is waited for. A second burst after
+the loads shows how far other work on the machine moved the capacity meanwhile.
 
 Admission runs as in production, with ``ANIMFLEET_ADMISSION_ALLOWANCE=1`` (the most it allows):
 a region holds one queued job per slot beside the running ones, so neither mode idles waiting
@@ -234,12 +235,18 @@ def plot(runs: list[Run], path: Path) -> None:
     plt.close(figure)
 
 
-def report(runs: list[Run], capacity: dict[str, float], quality: list[float]) -> bool:
-    print(
-        f"\ncapacity from a burst: one job per GPU {capacity['single']:.2f} jobs/s, "
-        f"--batch 4 {capacity['batched']:.2f} jobs/s "
-        f"({capacity['batched'] / capacity['single']:.2f}x)"
-    )
+def report(runs: list[Run], capacity: list[dict[str, float]], quality: list[float]) -> bool:
+    print()
+    for when, measured in zip(("before", "after"), capacity, strict=False):
+        print(
+            f"capacity from a burst {when} the loads: one job per GPU "
+            f"{measured['single']:.2f} jobs/s, --batch 4 {measured['batched']:.2f} jobs/s "
+            f"({measured['batched'] / measured['single']:.2f}x)"
+        )
+    drift = capacity[-1]["single"] / capacity[0]["single"] - 1
+    if abs(drift) > 0.2:  # other work on the machine sped up or slowed the one-job mode
+        print(f"note: the one-job capacity drifted {drift:+.0%} during the run; the loads' "
+              "percentages are of the capacity measured before them")  # fmt: skip
     head = f"{'load':>5} {'mode':<9}{'jobs/s':>8}{'mean s':>9}{'p99 s':>8}  {'once/lost/dup':<14}"
     print(f"\n{head}{'thr x':>7}{'mean x':>8}{'p99 x':>7}")
     ok = True
@@ -289,17 +296,17 @@ def main() -> None:
     if model is None:
         raise SystemExit("no shipped model under models/")
     image = Path("tools/assets/example.png").read_bytes()
-    total = 2 * args.burst + 2 * len(LOADS) * args.jobs
+    total = 4 * args.burst + 2 * len(LOADS) * args.jobs
     fleet = start_fleet(args.root, model)
     client = Client(fleet.topology)
     runs: list[Run] = []
     quality: list[float] = []
     try:
         with tqdm(total=total, unit="job", desc="bench-batching", file=sys.stderr) as bar:
-            capacity = measure_capacity(fleet, client, image, args, bar)
+            capacity = [measure_capacity(fleet, client, image, args, bar)]
             rng = random.Random(args.seed)
             for turn, load in enumerate(LOADS):
-                rate = load * capacity["single"]
+                rate = load * capacity[0]["single"]
                 gaps = [0.0] + [rng.expovariate(rate) for _ in range(args.jobs - 1)]
                 order = list(MODES) if turn % 2 == 0 else list(reversed(MODES))
                 done: dict[str, Run] = {}
@@ -310,6 +317,7 @@ def main() -> None:
                     done[mode] = Run(mode, load, records, count_starts(fleet, mode, ids))
                 runs += [done[mode] for mode in MODES]
                 quality += compare(fleet, done)
+            capacity.append(measure_capacity(fleet, client, image, args, bar))
     finally:
         client.close()
         fleet.stop()
