@@ -134,6 +134,8 @@ class JobParams(BaseModel):
     model_version: str | None = None
     # Motion add-ons the job runs with (none: exactly the base model); checked at submit.
     addons: tuple[AddonUse, ...] = ()
+    # sha256 of the mask PNG stored beside the input image (white animates); None: no mask.
+    mask: str | None = None
 
 
 class WebhookAttempt(BaseModel):

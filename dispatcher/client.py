@@ -14,6 +14,7 @@ import redis
 import structlog
 
 from animfleet.errors import AnimfleetError, TransientError
+from animfleet.job_input import pack_input
 from animfleet.jobs import (
     IllegalTransition,
     JobRecord,
@@ -42,6 +43,7 @@ from dispatcher.admission import AdmissionSettings, AtCapacity, BacklogFull
 from dispatcher.enqueue import RegionQueue
 from dispatcher.errors import DispatcherError
 from dispatcher.inputs import AnimationRequest, InvalidInput, check_image, parse_request
+from dispatcher.mask_input import check_mask
 from dispatcher.placement import Placement, RoutingCache, admission_settings_from_env
 from dispatcher.versions import WORKER_MODEL, Choice, VersionChooser
 
@@ -154,6 +156,7 @@ class Client:
         idempotency_key: str | None = None,
         job_id: str | None = None,
         backlog_cap: int | None = None,
+        mask: bytes | None = None,
         **options: Any,
     ) -> JobHandle:
         """Validate, record and enqueue one job; returns at once with its handle.
@@ -170,12 +173,18 @@ class Client:
         :class:`animfleet.region.jobstore.IdempotencyConflict`. ``job_id``: a client-chosen id
         (letters, digits, ``_``, ``-``; at most 64), idempotent in the same way.
         ``backlog_cap``: the tenant's own cap on its jobs waiting in a backlog, when tighter
-        than the region's.
+        than the region's. ``mask``: a PNG of the image's size or aspect ratio, white where the
+        image animates (elsewhere every frame is the image); stored with the image.
         Raises :class:`dispatcher.inputs.InvalidInput` (naming the field) before anything is
         stored or published, and :class:`EnqueueFailed` if the broker cannot take the job.
         """
         request = parse_request(prompt=prompt, webhook_url=webhook_url, **options)
-        check_image(image)
+        _, image_width, image_height = check_image(image)
+        masked = (
+            None
+            if mask is None
+            else check_mask(mask, (image_width, image_height), request.width, request.height)
+        )
         if request.webhook_url is not None:
             try:
                 self.netguard.check_url(request.webhook_url)
@@ -189,7 +198,8 @@ class Client:
             raise InvalidInput("Idempotency-Key", f"must be 1-{MAX_KEY_CHARS} characters")
         home = home_region or self.topology.names[0]
         self.topology.region(home)
-        fingerprint = records.fingerprint(image, request, home)
+        fingerprint = records.fingerprint(image, request, home, mask)
+        stored = pack_input(image, mask)
         sticky = idempotency_key or job_id or secrets.token_hex(8)
         choice = self.versions.choose(home, request.model, sticky)
         self.addons.check(home, request.addons)
@@ -201,13 +211,14 @@ class Client:
                 target,
                 home,
                 request,
-                image,
+                stored,
                 job_id,
                 idempotency_key,
                 fingerprint,
                 backlog,
                 backlog_cap,
                 choice,
+                masked.sha256 if masked else None,
             )
 
         def try_admit(target: str) -> bool:
@@ -260,19 +271,21 @@ class Client:
         target: str,
         home: str,
         request: AnimationRequest,
-        image: bytes,
+        stored: bytes,
         job_id: str | None,
         idempotency_key: str | None,
         fingerprint: str,
         backlog: bool = False,
         cap: int | None = None,
         choice: Choice = WORKER_MODEL,
+        mask: str | None = None,
     ) -> JobHandle | None:
         """Bind the idempotency keys, then try to take the job into ``target`` atomically
         (with ``backlog``, into its backlog when no GPU is free).
 
         Returns ``None`` (keys released) when ``target`` is full; raises :class:`_Repeat`
         when a key names a job created before, :class:`BacklogFull` when a cap is reached.
+        ``stored``: the image (and mask) as stored (:func:`animfleet.job_input.pack_input`).
         """
         new_id = job_id or new_job_id(target)
         keys = [f"id:{job_id}"] if job_id else []
@@ -292,13 +305,19 @@ class Client:
                 claimed.append(key)
         try:
             record = records.new_record(
-                new_id, target, home, request, self.admission.default_start_deadline_s, choice
+                new_id,
+                target,
+                home,
+                request,
+                self.admission.default_start_deadline_s,
+                choice,
+                mask,
             )
             slots = [JobStore.idempotency_slot(key) for key in keys] if bind_in_script else []
             entry = JobStore.idempotency_entry(new_id, target, fingerprint)
             try:
                 answer = self._link(target).queue.admit(
-                    record, bytes(image), slots, entry, backlog=backlog, tenant_cap=cap
+                    record, stored, slots, entry, backlog=backlog, tenant_cap=cap
                 )
             except redis.RedisError as error:
                 raise EnqueueFailed(

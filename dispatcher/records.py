@@ -19,10 +19,11 @@ def new_record(
     request: AnimationRequest,
     default_start_deadline_s: float | None = None,
     choice: Choice = WORKER_MODEL,
+    mask: str | None = None,
 ) -> JobRecord:
     """The queued record of a new job held by ``target`` for users of ``home``; a request
     without a start deadline gets ``default_start_deadline_s`` (so no job waits forever);
-    ``choice``: the model version picked for it."""
+    ``choice``: the model version picked for it; ``mask``: the hash of its mask, if any."""
     now = time.time()
     start_within = request.start_deadline or default_start_deadline_s
     return JobRecord(
@@ -42,6 +43,7 @@ def new_record(
             model=choice.model,
             model_version=choice.version,
             addons=request.addons,
+            mask=mask,
         ),
         webhook_url=request.webhook_url,
         webhook_events=list(request.webhook_events_filter or WEBHOOK_EVENTS),
@@ -53,9 +55,13 @@ def new_record(
     )
 
 
-def fingerprint(image: bytes, request: AnimationRequest, home: str) -> str:
+def fingerprint(
+    image: bytes, request: AnimationRequest, home: str, mask: bytes | None = None
+) -> str:
     """What makes two submissions "the same request" for idempotency."""
     digest = hashlib.sha256(bytes(image))
+    if mask is not None:  # none: the fingerprints of requests from before masks existed
+        digest.update(b"mask:" + hashlib.sha256(bytes(mask)).digest())
     # Without add-ons, the JSON of requests from before they existed: their keys still match.
     digest.update(
         request.model_dump_json(exclude={"addons"} if not request.addons else None).encode()

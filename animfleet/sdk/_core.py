@@ -41,6 +41,8 @@ def image_field(image: Image) -> str:
 def job_body(image: Image, prompt: str, options: Mapping[str, Any]) -> dict[str, Any]:
     body = {"image": image_field(image), "prompt": prompt}
     body.update({name: value for name, value in options.items() if value is not None})
+    if "mask" in body:  # sent the ways the image is: bytes or a file become a data URI
+        body["mask"] = image_field(body["mask"])
     return body
 
 

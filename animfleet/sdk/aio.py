@@ -63,7 +63,8 @@ class AsyncAnimfleet:
         wait: float | None = None,
         **options: Any,
     ) -> Job:
-        """Enqueue a job (``options``: frames, fps, size, seed, webhook, deadline, metadata...).
+        """Enqueue a job (``options``: mask (a PNG, white animates), frames, fps, size, seed,
+        webhook, deadline, metadata...).
         ``wait``: answer once it finished or after that many seconds (at most 60)."""
         headers = {"Idempotency-Key": idempotency_key or _core.new_idempotency_key()}
         if wait:

@@ -62,8 +62,9 @@ class Animfleet:
         wait: float | None = None,
         **options: Any,
     ) -> Job:
-        """Enqueue a job (``options``: frames, fps, size, seed, model, webhook, deadline,
-        metadata...); ``model`` is a deployment or a pinned ``name@version``.
+        """Enqueue a job (``options``: mask (a PNG, white animates), frames, fps, size, seed,
+        model, webhook, deadline, metadata...); ``model`` is a deployment or a pinned
+        ``name@version``.
         ``wait``: answer once it finished or after that many seconds (at most 60)."""
         headers = {"Idempotency-Key": idempotency_key or _core.new_idempotency_key()}
         if wait:

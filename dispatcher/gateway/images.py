@@ -66,43 +66,43 @@ def resolve_image(
     objects: ObjectStore,
     slots: FetchSlots | None = None,
     tenant: str = "default",
+    field: str = "image",
 ) -> bytes:
-    """The image bytes ``value`` names; raises :class:`InvalidInput` on field ``image``."""
+    """The bytes ``value`` names; raises :class:`InvalidInput` on ``field`` (``image``, or
+    ``mask``, which travels the same ways)."""
     if value.startswith("data:"):
-        return _decode_data_uri(value)
+        return _decode_data_uri(value, field)
     if value.startswith(("http://", "https://")) or "://" in value:
         try:
             with slots.slot(tenant) if slots is not None else _no_slot():
                 return netguard.fetch(value, max_bytes=MAX_IMAGE_BYTES, timeout_s=FETCH_TIMEOUT_S)
         except BlockedURL as error:
-            raise InvalidInput("image", f"URL refused: {error}") from None
+            raise InvalidInput(field, f"URL refused: {error}") from None
         except FetchFailed as error:
-            raise InvalidInput("image", f"could not fetch {value[:200]!r}: {error}") from None
+            raise InvalidInput(field, f"could not fetch {value[:200]!r}: {error}") from None
     if STORAGE_KEY.match(value) and ".." not in value.split("/"):
         try:
             return objects.get(value)
         except (StorageError, KeyError, FileNotFoundError) as error:
-            raise InvalidInput(
-                "image", f"storage key {value!r} could not be read: {error}"
-            ) from None
+            raise InvalidInput(field, f"storage key {value!r} could not be read: {error}") from None
     raise InvalidInput(
-        "image",
+        field,
         f"must be an http(s) URL, a base64 data URI or a storage key under inputs/ "
         f"(got {value[:60]!r})",
     )
 
 
-def _decode_data_uri(value: str) -> bytes:
+def _decode_data_uri(value: str, field: str) -> bytes:
     match = DATA_URI.match(value)
     if match is None or ";base64" not in (match.group("params") or ""):
-        raise InvalidInput("image", "a data URI must look like data:image/png;base64,<data>")
+        raise InvalidInput(field, "a data URI must look like data:image/png;base64,<data>")
     payload = value[match.end() :]
     if len(payload) > (MAX_IMAGE_BYTES * 4) // 3 + 4:
-        raise InvalidInput("image", f"is larger than the limit of {MAX_IMAGE_BYTES} bytes")
+        raise InvalidInput(field, f"is larger than the limit of {MAX_IMAGE_BYTES} bytes")
     try:
         return base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError):
-        raise InvalidInput("image", "the data URI's payload is not valid base64") from None
+        raise InvalidInput(field, "the data URI's payload is not valid base64") from None
 
 
 @contextmanager

@@ -125,6 +125,15 @@ def _submit(
         runtime.fetch_slots,
         caller.tenant,
     )
+    if body.mask is not None:
+        options["mask"] = resolve_image(
+            body.mask,
+            client.netguard,
+            runtime.objects(runtime.settings.region),
+            runtime.fetch_slots,
+            caller.tenant,
+            field="mask",
+        )
     handle: JobHandle = client.submit(
         image,
         body.prompt,
@@ -175,6 +184,11 @@ def create_jobs(body: BatchRequest, request: Request, caller: CallerDep) -> Batc
             image = resolve_image(
                 item.image, client.netguard, objects, runtime.fetch_slots, caller.tenant
             )
+            mask = None
+            if item.mask is not None:
+                mask = resolve_image(
+                    item.mask, client.netguard, objects, runtime.fetch_slots, caller.tenant, "mask"
+                )
         except AnimfleetError as error:
             results.append(_failed(error))
             continue
@@ -189,7 +203,7 @@ def create_jobs(body: BatchRequest, request: Request, caller: CallerDep) -> Batc
             **options,
             **limits,
         }
-        items.append({"image": image, "prompt": item.prompt, **fields})
+        items.append({"image": image, "prompt": item.prompt, "mask": mask, **fields})
     submitted = iter(client.submit_many(items, home_region=runtime.settings.region))
     answers = []
     for result in results:

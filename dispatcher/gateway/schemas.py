@@ -69,6 +69,14 @@ class JobRequest(BaseModel):
         description="an http(s) URL, a base64 data URI (data:image/png;base64,...) or the key "
         "of an object under inputs/ in the region's storage",
     )
+    mask: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=16 * 2**20,
+        pattern=r"^(data:|https?://|inputs/)",
+        description="optional PNG, sent like the image, of its size or aspect ratio: white "
+        "animates, elsewhere every frame is the image exactly",
+    )
     prompt: str = Field(
         min_length=1,
         max_length=MAX_PROMPT_CHARS,
@@ -141,7 +149,8 @@ class JobRequest(BaseModel):
 
     def options(self) -> dict[str, Any]:
         """Keyword arguments for :meth:`dispatcher.Client.submit` besides image and prompt."""
-        fields = self.model_dump(exclude={"image", "prompt", "size", "webhook"}, exclude_none=True)
+        sent_apart = {"image", "mask", "prompt", "size", "webhook"}
+        fields = self.model_dump(exclude=sent_apart, exclude_none=True)
         if self.size is not None:
             fields.setdefault("width", self.size)
             fields.setdefault("height", self.size)

@@ -1,0 +1,36 @@
+"""A mask as the worker sees it: decoded, fitted to the frame like the image, binarised.
+
+White (at least half grey) animates; everything else must stay the input image exactly. The
+mask is centre-cropped and resized exactly as the worker fits the image (same aspect-ratio crop,
+same output size), so a mask drawn on the submitted image lines up with the frames. Shared by
+the dispatcher, which refuses a mask that covers nothing at the job's size, and the worker.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import numpy.typing as npt
+from PIL import Image, ImageOps
+
+THRESHOLD = 128  # grey levels at or above this animate
+
+
+def decode_mask(data: bytes) -> Image.Image:
+    """The mask as an 8-bit grey image (any PNG mode; alpha ignored, EXIF orientation honoured)."""
+    with Image.open(io.BytesIO(data), formats=("PNG",)) as opened:
+        return ImageOps.exif_transpose(opened).convert("L")
+
+
+def fit_mask(mask: Image.Image, width: int, height: int) -> npt.NDArray[np.bool_]:
+    """(height, width) booleans: the mask fitted like the image, then thresholded."""
+    # Nearest keeps a binary mask binary; a soft (anti-aliased) one is thresholded either way.
+    fitted = ImageOps.fit(mask, (width, height), Image.Resampling.NEAREST)
+    return np.asarray(fitted, dtype=np.uint8) >= THRESHOLD
+
+
+def same_aspect(a: tuple[int, int], b: tuple[int, int], tolerance: float = 0.01) -> bool:
+    """Whether sizes ``a`` and ``b`` (width, height) share an aspect ratio within ``tolerance``."""
+    ratio_a, ratio_b = a[0] / a[1], b[0] / b[1]
+    return abs(ratio_a - ratio_b) <= tolerance * ratio_a

@@ -1,0 +1,59 @@
+"""The optional ``mask`` of a job, checked at the edge: a PNG that lines up with the image and
+animates at least one pixel at the job's size. Every refusal names the field and the value."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image
+
+from animfleet.masks import decode_mask, fit_mask, same_aspect
+from dispatcher.inputs import InvalidInput, check_image
+
+
+@dataclass(frozen=True)
+class CheckedMask:
+    """A mask that passed: its hash (recorded on the job) and the share of frame it animates."""
+
+    sha256: str
+    coverage: float
+
+
+def check_mask(data: bytes, image_size: tuple[int, int], width: int, height: int) -> CheckedMask:
+    """Check ``data`` as the mask of an image of ``image_size`` (width, height) animated at
+    ``width`` x ``height``; raises :class:`InvalidInput` on field ``mask``.
+
+    The mask must be a PNG (white = animate) of the image's size or of its aspect ratio (it is
+    then resized with it), and white somewhere once fitted to the frame: a mask that animates
+    nothing is refused rather than run as a still video.
+    """
+    if not isinstance(data, bytes | bytearray):
+        raise InvalidInput("mask", f"must be bytes, got {type(data).__name__}")
+    try:
+        fmt, mask_width, mask_height = check_image(bytes(data))
+    except InvalidInput as error:
+        raise InvalidInput("mask", error.message) from None
+    if fmt != "PNG":
+        raise InvalidInput("mask", f"must be a PNG (white = animate), got {fmt}")
+    size = (mask_width, mask_height)
+    if size != image_size and not same_aspect(size, image_size):
+        raise InvalidInput(
+            "mask",
+            f"is {mask_width}x{mask_height} pixels; it must be the image's size "
+            f"({image_size[0]}x{image_size[1]}) or have its aspect ratio",
+        )
+    try:
+        grey = decode_mask(bytes(data))
+    except (OSError, ValueError, Image.DecompressionBombError) as error:
+        raise InvalidInput("mask", f"could not be decoded: {error}") from None
+    fitted = fit_mask(grey, width, height)
+    if not fitted.any():
+        lightest = int(np.asarray(grey).max())
+        raise InvalidInput(
+            "mask",
+            f"animates no pixel at {width}x{height} (its lightest grey is {lightest}; white, "
+            "at least 128, animates): send no mask to animate the whole image",
+        )
+    return CheckedMask(hashlib.sha256(bytes(data)).hexdigest(), float(fitted.mean()))
