@@ -15,6 +15,7 @@ from billiard.exceptions import SoftTimeLimitExceeded
 from PIL import Image
 from tenacity import Retrying, retry_if_exception_type, stop_before_delay, wait_random_exponential
 
+from animfleet.job_input import BrokenInput, unpack_input
 from animfleet.jobs import (
     IllegalTransition,
     JobCanceled,
@@ -36,6 +37,7 @@ from workers.encode import EncodeError, encode_mp4
 from workers.errors import WorkerError
 from workers.heartbeat import Heartbeat
 from workers.model import Animator, ModelError
+from workers.model.masked import prefetch
 from workers.model.pipeline import StepCallback
 from workers.settings import WorkerSettings
 from workers.versions import ModelShelf
@@ -180,11 +182,12 @@ class JobRunner:
         addons = getattr(self.animator, "addons", None)  # stand-ins and fakes have none
         if addons is not None and record.params.addons:  # loads overlap the input's download
             addons.prefetch([use.name for use in record.params.addons])
-        image = self.store.input_image(record.id)
-        if image is None:
+        stored = self.store.input_image(record.id)
+        if stored is None:
             raise JobFailed("input_missing", "the job's input image is no longer stored")
-        check_decodes(image)
+        image, mask = unpack_stored(stored, record.params.mask is not None)
         params = record.params
+        check_decodes(image)
 
         def on_step(step: int, total: int) -> None:
             """Record progress; stop the job (raising) if it was canceled or ran past its
@@ -205,13 +208,17 @@ class JobRunner:
             animator = self.shelf.get(params.model_version)[1] if self.shelf else self.animator
         except ModelError as error:
             raise JobFailed("model_unavailable", str(error)) from error
+        if mask is not None:  # its template (fitted frame, features) builds in the background
+            prefetch(animator, image, mask, params)
+        # Only masked jobs pass a mask: stand-in animators need not know masks.
+        masked = {"mask": mask} if mask is not None else {}
         started = time.perf_counter()
         try:
             if self.batch is None:
-                frames = animator.animate(image, params, on_step)
+                frames = animator.animate(image, params, on_step, **masked)
             else:  # a thread pool has no soft time limit of its own: the engine keeps it
                 limit = self.settings.soft_time_limit_s
-                frames = self.batch.animate(animator, image, params, on_step, limit)
+                frames = self.batch.animate(animator, image, params, on_step, limit, **masked)
         except ModelError as error:
             raise JobFailed("model_error", str(error)) from error
         inferred = time.perf_counter()
@@ -355,6 +362,22 @@ class JobRunner:
                 )
         except redis.RedisError as error:  # the job's own outcome is recorded already
             bound.warning("deployment.outcome_unrecorded", version=version, error=str(error))
+
+
+def unpack_stored(stored: bytes, masked: bool) -> tuple[bytes, bytes | None]:
+    """The image and mask of a stored input; a mask the record names must be there."""
+    try:
+        image, mask = unpack_input(stored)
+    except BrokenInput as error:
+        raise JobFailed("input_invalid", f"the stored input is broken: {error}") from None
+    if masked and mask is None:
+        raise JobFailed("input_missing", "the job's mask is no longer stored")
+    if mask is not None:
+        try:
+            check_decodes(mask)
+        except JobFailed as failure:
+            raise JobFailed("input_invalid", f"mask: {failure.message}") from None
+    return image, mask
 
 
 def check_decodes(image: bytes) -> None:

@@ -81,6 +81,8 @@ class WorkerSettings(EnvSettings):
     # each joining and leaving at a step boundary; the worker counts as this many slots.
     # 1: one job per GPU, the classic path.
     batch: int = Field(default=1, ge=1, le=64)
+    # The template cache of masked jobs (fitted frames and image features per input image).
+    template_cache_mb: int = Field(default=256, ge=0, le=65536)
 
     @model_validator(mode="after")
     def _limits_are_ordered(self) -> WorkerSettings:

@@ -30,6 +30,8 @@ from billiard.exceptions import SoftTimeLimitExceeded
 from animfleet.jobs import JobParams
 from workers.batching.sample import DONE, FAILED, STEP, GroupKey, Sample, batchable, prepare
 from workers.model.animator import Animator, ModelError
+from workers.model.mask import paste
+from workers.model.masked import crop_input
 from workers.model.pipeline import StepCallback
 
 log = structlog.stdlib.get_logger("animfleet.worker.batching")
@@ -68,24 +70,28 @@ class BatchEngine:
         params: JobParams,
         on_step: StepCallback | None = None,
         time_limit_s: float | None = None,
+        mask: bytes | None = None,
     ) -> npt.NDArray[np.uint8]:
         """Frames (T, H, W, 3 uint8) for one job, its denoising batched with the other jobs'.
 
         Raises :class:`ModelError` for a model failure of this job; whatever ``on_step``
         raises (a cancel, a deadline) drops the job from the batch and propagates. Past
         ``time_limit_s`` the job leaves the batch with ``SoftTimeLimitExceeded``, as a
-        prefork worker's soft time limit would end it.
+        prefork worker's soft time limit would end it. With ``mask`` the job's sample is the
+        mask's box (its own group), pasted back into the input (:mod:`workers.model.masked`).
         """
+        masked = {"mask": mask} if mask is not None else {}
         if not batchable(animator):  # a stand-in, an SVD checkpoint: one at a time
             with self._solo:
-                frames: npt.NDArray[np.uint8] = animator.animate(image, params, on_step)
+                frames: npt.NDArray[np.uint8] = animator.animate(image, params, on_step, **masked)
             return frames
         until = None if time_limit_s is None else time.monotonic() + time_limit_s
         try:
             # Checks (and loads) the add-ons before any step, without entering the context:
             # only the engine thread may switch the U-Net's branches, around its own calls.
             animator._addons_active(params)
-            sample = prepare(animator, image, params)
+            box = crop_input(animator, image, mask, params) if mask is not None else None
+            sample = prepare(animator, image, params, box)
         except ModelError:
             raise
         except (RuntimeError, ValueError) as error:
@@ -98,7 +104,8 @@ class BatchEngine:
             raise
         try:
             with torch.inference_mode():
-                return sample.pipeline.decode(latents)
+                frames = sample.pipeline.decode(latents)
+            return frames if box is None else paste(frames, box.frame, box.region)
         except (RuntimeError, ValueError) as error:
             raise ModelError(f"{type(error).__name__}: {error}") from error
 

@@ -18,6 +18,7 @@ import torch
 
 from animfleet.jobs import JobParams
 from workers.model.animator import Animator, prepare_image
+from workers.model.masked import CropInput
 from workers.model.pipeline import AnimationPipeline, Conditions, check_size
 
 # Events a sample posts to the thread waiting for it (see BatchEngine.animate).
@@ -90,19 +91,23 @@ class Sample:
         return self.index >= self.total
 
 
-def prepare(animator: Animator, image: bytes, params: JobParams) -> Sample:
+def prepare(
+    animator: Animator, image: bytes, params: JobParams, box: CropInput | None = None
+) -> Sample:
     """Everything a job needs before its first step, computed in the caller's thread (the
     image and text encoders, not the U-Net): exactly what ``AnimationPipeline.__call__`` does
-    before its loop. Raises ValueError or RuntimeError as that would."""
+    before its loop. Raises ValueError or RuntimeError as that would. ``box``: a masked job's
+    crop (and its cached features), which the model runs on instead of the whole frame."""
     pipe: AnimationPipeline = animator.pipeline
     variant = animator.variant
-    pixels_np = prepare_image(image, params.width, params.height)
+    pixels_np = prepare_image(image, params.width, params.height) if box is None else box.crop
     with torch.inference_mode():
         check_size(pixels_np, pipe.size_multiple)
         device = pipe.unet.device
         pixels = torch.from_numpy(pixels_np).permute(2, 0, 1)[None].to(device).float()
         pixels = pixels / 127.5 - 1.0
-        conditions = pipe.condition(pixels, [params.prompt], params.frames, params.fps)
+        features = box.features if box is not None else None
+        conditions = pipe.condition(pixels, [params.prompt], params.frames, params.fps, features)
         generator = torch.Generator().manual_seed(params.seed)
         shape = (1, params.frames, pipe.unet.config.out_channels, *conditions.latents.shape[-2:])
         noise = torch.randn(shape, generator=generator).to(device)

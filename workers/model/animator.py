@@ -29,6 +29,7 @@ from workers.model.aot import AOTDenoiser, load_packages
 from workers.model.attention import install_context_dedup
 from workers.model.block_cache import BlockCache, install_block_cache
 from workers.model.compiled import CompiledModules, compile_modules
+from workers.model.masked import animate_masked, encoder, regionizer
 from workers.model.pipeline import AnimationPipeline, StepCallback, describe
 from workers.model.profile import (
     PSNR_FLOOR_DB,
@@ -43,6 +44,7 @@ from workers.model.profile import (
 from workers.model.schedulers import make_scheduler
 from workers.model.serving import load_serving
 from workers.model.svd import SVD_CLASS, SVDAnimation, pipeline_class_name
+from workers.model.templates import DEFAULT_MAX_BYTES, Features, TemplateCache
 from workers.settings import WorkerSettings
 
 log = logging.getLogger("animfleet.worker.model")
@@ -154,6 +156,7 @@ class Animator:
         verify_psnr_db: float = PSNR_FLOOR_DB,
         device: str = "cpu",
         jit: bool = True,
+        template_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         threads = int(os.environ.get("ANIMFLEET_TORCH_THREADS", "0")) or (os.cpu_count() or 1)
         torch.set_num_threads(threads)
@@ -174,6 +177,10 @@ class Animator:
             compile = False
         self.block_cache: BlockCache | None = install_block_cache(
             self.pipeline.unet, self.variant.block_cache
+        )
+        # Per-image work (fitted frames, image features) for masked jobs, kept across jobs.
+        self.templates = TemplateCache(
+            prepare_image, regionizer(self.pipeline), encoder(self.pipeline), template_bytes
         )
         # Add-ons for this model, loaded in the background from now on (before any job).
         self.addons: AddonStore | None = open_addons(self.model_dir, self.pipeline, device)
@@ -247,6 +254,7 @@ class Animator:
             # A profile's compile means its AOT packages; compiling at boot (minutes on a CPU)
             # only when the environment asks for it.
             jit=settings.compile is True,
+            template_bytes=settings.template_cache_mb * 2**20,
         )
         animator.info.update(serving=choice.label(), serving_source=source)
         if animator.compiled is not None:
@@ -330,10 +338,31 @@ class Animator:
         return self.compiled.recompiles if self.compiled else 0
 
     def animate(
-        self, image: bytes, params: JobParams, on_step: StepCallback | None = None
+        self,
+        image: bytes,
+        params: JobParams,
+        on_step: StepCallback | None = None,
+        mask: bytes | None = None,
     ) -> npt.NDArray[np.uint8]:
-        """Frames (T, H, W, 3 uint8) for one job; raises :class:`ModelError` on failure."""
-        pixels = prepare_image(image, params.width, params.height)
+        """Frames (T, H, W, 3 uint8) for one job; raises :class:`ModelError` on failure.
+        With ``mask`` (a PNG) only its white part moves (:mod:`workers.model.masked`)."""
+        if mask is not None:
+            try:
+                return animate_masked(self, image, mask, params, on_step)
+            except ValueError as error:
+                raise ModelError(f"mask: {error}") from error
+        return self.run_frames(prepare_image(image, params.width, params.height), params, on_step)
+
+    def run_frames(
+        self,
+        pixels: npt.NDArray[np.uint8],
+        params: JobParams,
+        on_step: StepCallback | None = None,
+        features: Features | None = None,
+    ) -> npt.NDArray[np.uint8]:
+        """Frames of one fitted frame (H, W, 3 uint8); ``features``: its image features, when
+        cached. Raises :class:`ModelError`."""
+        extra = {"features": features} if features is not None else {}
         try:
             with self._kernels(), self._addons_active(params):
                 frames: npt.NDArray[np.uint8] = self.pipeline(
@@ -346,6 +375,7 @@ class Animator:
                     text_guidance_scale=self.variant.text_guidance_scale,
                     seed=params.seed,
                     on_step=on_step,
+                    **extra,
                 )
         except (RuntimeError, ValueError) as error:
             raise ModelError(f"{type(error).__name__}: {error}") from error

@@ -43,6 +43,11 @@ CLIP_MEAN = torch.tensor([0.48145466, 0.4578275, 0.40821073]).view(1, 3, 1, 1)
 CLIP_STD = torch.tensor([0.26862954, 0.26130258, 0.27577711]).view(1, 3, 1, 1)
 
 
+def pixels_of(image: npt.NDArray[np.uint8], device: torch.device | str) -> torch.Tensor:
+    """An RGB frame (H, W, 3 uint8) as the pipeline's input batch (1, 3, H, W in [-1, 1])."""
+    return torch.from_numpy(image).permute(2, 0, 1)[None].to(device).float() / 127.5 - 1.0
+
+
 def check_size(image: npt.NDArray[np.uint8], multiple: int) -> None:
     """Raise ValueError unless the image's sides divide by ``multiple``."""
     height, width = image.shape[:2]
@@ -110,18 +115,29 @@ class AnimationPipeline(DiffusionPipeline):
     def passes_per_step(self) -> int:
         return 1 if self.guidance_distilled else 3
 
+    def image_features(self, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """What the conditioning takes from the images (B, 3, H, W in [-1, 1]) alone: their
+        latents and CLIP image tokens. Prompt-free, so a worker caches them per image."""
+        latent = self.vae.encode(pixels.to(self.vae.dtype)).latent_dist.mode()
+        return latent, self._encode_image_embedding(pixels)
+
     def condition(
-        self, pixels: torch.Tensor, prompts: list[str], num_frames: int, fps: int
+        self,
+        pixels: torch.Tensor,
+        prompts: list[str],
+        num_frames: int,
+        fps: int,
+        features: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> Conditions:
-        """The U-Net's conditioning for a batch of images (B, 3, H, W in [-1, 1]) and prompts.
+        """The U-Net's conditioning for a batch of images (B, 3, H, W in [-1, 1]) and prompts;
+        ``features``: their :meth:`image_features` computed before (e.g. cached).
 
         A teacher gets three passes per sample (unconditional, image only, image + text), a
         student only the image + text pass.
         """
         dtype = self.unet.dtype
         batch = pixels.shape[0]
-        image_latent = self.vae.encode(pixels.to(self.vae.dtype)).latent_dist.mode()
-        image_token = self._encode_image_embedding(pixels)
+        image_latent, image_token = features or self.image_features(pixels)
         if self.guidance_distilled:
             contexts = [torch.cat([image_token, self._encode_text(prompts)], dim=1)]
             latents = [image_latent]
@@ -193,12 +209,14 @@ class AnimationPipeline(DiffusionPipeline):
         text_guidance_scale: float = 3.0,
         seed: int = 0,
         on_step: StepCallback | None = None,
+        features: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> npt.NDArray[np.uint8]:
-        """Return ``num_frames`` RGB frames (T, H, W, 3 uint8) at the input image's size."""
+        """Return ``num_frames`` RGB frames (T, H, W, 3 uint8) at the input image's size;
+        ``features``: the image's :meth:`image_features`, when computed before."""
         check_size(image, self.size_multiple)
         device = self.unet.device
-        pixels = torch.from_numpy(image).permute(2, 0, 1)[None].to(device).float() / 127.5 - 1.0
-        conditions = self.condition(pixels, [prompt], num_frames, fps)
+        pixels = pixels_of(image, device)
+        conditions = self.condition(pixels, [prompt], num_frames, fps, features)
         generator = torch.Generator().manual_seed(seed)
         latent_shape = (
             1,
