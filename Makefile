@@ -162,6 +162,12 @@ train-addons: venv
 bench-addons: venv
 	$(PY) -m benchmarks.addons_bench
 
+# Masked jobs vs the unmasked job by mask area (10/25/50/100%), interleaved: time cold and with a
+# template-cache hit, unmasked pixels vs the input, motion inside the mask; PASS/FAIL on the bar.
+.PHONY: bench-mask
+bench-mask: venv
+	ANIMFLEET_TORCH_THREADS=1 nice -n 10 $(PY) -m benchmarks.mask_bench --out out/bench-mask
+
 # The shipped model (models/animfleet-small): train in resumable stretches (state in run/train/small;
 # re-running continues), export the EMA weights, evaluate on the held-out clips. The malloc
 # thresholds (4 GiB mmap, 64 GiB trim) keep glibc from returning freed tensor buffers to the OS

@@ -53,8 +53,11 @@ def _grid(height: int, width: int) -> torch.Tensor:
     return torch.stack([gx, gy], dim=-1)  # (H, W, 2)
 
 
-def estimate(video: torch.Tensor) -> Trajectory:
-    """Similarity trajectory of a clip (F, 3, H, W) in [-1, 1] (or (F, H, W, 3) uint8)."""
+def estimate(video: torch.Tensor, region: torch.Tensor | None = None) -> Trajectory:
+    """Similarity trajectory of a clip (F, 3, H, W) in [-1, 1] (or (F, H, W, 3) uint8).
+
+    ``region`` (H, W bool): fit only the pixels inside it whose moved position is inside it
+    too, e.g. the animated part of a masked clip (the rest stays still)."""
     if video.dtype == torch.uint8:
         video = video.permute(0, 3, 1, 2).float() / 127.5 - 1
     gray = (_gray(video) + 1) / 2
@@ -69,7 +72,7 @@ def estimate(video: torch.Tensor) -> Trajectory:
     residuals = torch.zeros(frames)
     for f in range(1, frames):
         for _ in range(ITERATIONS):
-            residual, valid, jacobian = _linearise(stacked[f], gray[0, 0], points, params)
+            residual, valid, jacobian = _linearise(stacked[f], gray[0, 0], points, params, region)
             rows = jacobian[valid]
             if rows.shape[0] < 16:
                 break
@@ -78,14 +81,18 @@ def estimate(video: torch.Tensor) -> Trajectory:
             params = params + delta
             if delta.abs().max() < 1e-4:
                 break
-        residual, valid, _ = _linearise(stacked[f], gray[0, 0], points, params)
+        residual, valid, _ = _linearise(stacked[f], gray[0, 0], points, params, region)
         residuals[f] = residual[valid].abs().mean() if valid.any() else 1.0
         out[f] = params
     return Trajectory(out[:, 0], out[:, 1], out[:, 2], out[:, 3], residuals)
 
 
 def _linearise(
-    frame: torch.Tensor, reference: torch.Tensor, points: torch.Tensor, params: torch.Tensor
+    frame: torch.Tensor,
+    reference: torch.Tensor,
+    points: torch.Tensor,
+    params: torch.Tensor,
+    region: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Residual, validity mask and Jacobian of frame(w(p)) - reference(p) at ``params``."""
     tx, ty, zoom, angle = params.tolist()
@@ -101,6 +108,10 @@ def _linearise(
     # Stay a pixel inside the frame: outside it the border padding has no real gradient.
     margin = 1 - 2.0 / min(frame.shape[-2:])
     valid = (warped.abs() < margin).all(dim=-1)
+    if region is not None:
+        inside = region.float()[None, None]
+        moved = F.grid_sample(inside, warped[None], mode="nearest", align_corners=False)[0, 0]
+        valid &= region & (moved > 0.5)
     jacobian = torch.stack([gx, gy, gx * rx + gy * ry, -gx * ry + gy * rx], dim=-1)
     return (value - reference).flatten(), valid.flatten(), jacobian.reshape(-1, 4)
 
