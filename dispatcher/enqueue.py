@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from animfleet.job_input import unpack_input
 from animfleet.jobs import JobRecord
 from animfleet.region.affinity import DirectQueues, Holdings, announce_prefetch, things_of
 from animfleet.region.backlog import Backlog, BacklogAdmission, BacklogCaps
@@ -61,7 +62,8 @@ class RegionQueue:
         """
         preferred: list[tuple[str, str]] = []
         if self.holdings is not None:
-            things = things_of(image, record.params.addons)
+            # A masked job's stored input packs its mask: the template is the image's alone.
+            things = things_of(unpack_input(image)[0], record.params.addons)
             preferred = [(w, self.direct.queue(w)) for w in self.holdings.candidates(things)]
         answer = self._script(
             record,

@@ -91,7 +91,7 @@ class BatchEngine:
             # only the engine thread may switch the U-Net's branches, around its own calls.
             animator._addons_active(params)
             box = crop_input(animator, image, mask, params) if mask is not None else None
-            sample = prepare(animator, image, params, box)
+            sample = prepare(animator, image, params, **({"box": box} if box else {}))
         except ModelError:
             raise
         except (RuntimeError, ValueError) as error:
