@@ -62,6 +62,7 @@ class BatchDenoiser(Protocol):
         params: JobParams,
         on_step: StepCallback | None,
         time_limit_s: float | None,
+        mask: bytes | None = None,
     ) -> npt.NDArray[np.uint8]: ...
 
 
