@@ -29,7 +29,7 @@ from workers.model.aot import AOTDenoiser, load_packages
 from workers.model.attention import install_context_dedup
 from workers.model.block_cache import BlockCache, install_block_cache
 from workers.model.compiled import CompiledModules, compile_modules
-from workers.model.masked import animate_masked, encoder, regionizer
+from workers.model.masked import animate_masked, encoder, regionizer, whole_frame
 from workers.model.pipeline import AnimationPipeline, StepCallback, describe
 from workers.model.profile import (
     PSNR_FLOOR_DB,
@@ -351,7 +351,8 @@ class Animator:
                 return animate_masked(self, image, mask, params, on_step)
             except ValueError as error:
                 raise ModelError(f"mask: {error}") from error
-        return self.run_frames(prepare_image(image, params.width, params.height), params, on_step)
+        frame, features = whole_frame(self, image, params)  # from the template cache
+        return self.run_frames(frame, params, on_step, features)
 
     def run_frames(
         self,

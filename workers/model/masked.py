@@ -116,6 +116,16 @@ def crop_input(animator: Animator, image: bytes, mask: bytes, params: JobParams)
     return CropInput(frame, region, crop, template.box_features(request))
 
 
+def whole_frame(
+    animator: Animator, image: bytes, params: JobParams
+) -> tuple[Pixels, Features | None]:
+    """An unmasked job's fitted frame and its features, from its template (built now, or
+    held): what ``prepare_image`` and the pipeline's own encoders would compute."""
+    template = animator.templates.get(image, params.width, params.height)
+    request = Request(params.width, params.height)
+    return template.frames[request.size], template.box_features(request)
+
+
 def animate_masked(
     animator: Animator,
     image: bytes,

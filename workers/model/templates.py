@@ -1,14 +1,14 @@
 """The template cache: what a worker computes from an input image alone, kept per image.
 
 A template is keyed by ``sha256(image bytes as submitted)`` and holds the decoded, oriented,
-fitted frame at each size asked for; for masked jobs also each mask's fitted region (keyed by
-the mask's own hash) and the conditioning features (the image latent and the CLIP image token)
-of the box the model runs on. None of it depends on the prompt, the seed or the step, so every
-request with the same image (and mask) reuses it. Entries live in worker memory under a byte
-cap, least recently used first out; they are built on one background thread, so a load never
-runs inside a denoising step, and a request for a template being built waits for that build
-instead of repeating it. :meth:`TemplateCache.held` lists the hashes held, for placement to
-prefer a worker that holds a job's template.
+fitted frame at each size asked for, the conditioning features (the image latent and the CLIP
+image token) of each box the model runs on (the whole frame, or a mask's box), and each mask's
+fitted region (keyed by the mask's own hash). None of it depends on the prompt, the seed or the
+step, so every request with the same image (and mask) reuses it. Entries live in worker memory
+under a byte cap, least recently used first out; they are built on one background thread, so a
+load never runs inside a denoising step, and a request for a template being built waits for
+that build instead of repeating it. :meth:`TemplateCache.held` lists the hashes held, for
+placement to prefer a worker that holds a job's template.
 """
 
 from __future__ import annotations
@@ -72,15 +72,21 @@ class Template:
     def has(self, request: Request, encoded: bool) -> bool:
         if request.size not in self.frames:
             return False
+        if request.mask is not None and request not in self.regions:
+            return False
+        return not encoded or self.box_features(request) is not None
+
+    def box(self, request: Request) -> Box | None:
+        """The box the model runs on: the mask's, or the whole frame without a mask."""
         if request.mask is None:
-            return True
+            return Box(0, 0, request.height, request.width)
         region = self.regions.get(request)
-        return region is not None and (not encoded or self.box_features(request) is not None)
+        return None if region is None else region.box
 
     def box_features(self, request: Request) -> Features | None:
-        """The features of the request's mask box, if computed."""
-        region = self.regions.get(request)
-        return None if region is None else self.features.get((*request.size, region.box))
+        """The features of the request's box, if computed."""
+        box = self.box(request)
+        return None if box is None else self.features.get((*request.size, box))
 
 
 class TemplateCache:
@@ -165,16 +171,15 @@ class TemplateCache:
             frame = template.frames.get(request.size)
             if frame is None:
                 frame = template.frames[request.size] = self.prepare(image, *request.size)
-            if mask is not None:
-                region = template.regions.get(request)
-                if region is None:
-                    region = template.regions[request] = self.regionize(mask, *request.size)
-                box = (*request.size, region.box)
-                if self.encode is not None and box not in template.features:
-                    rows, cols = region.box.slices
-                    with torch.inference_mode():
-                        crop = np.ascontiguousarray(frame[rows, cols])
-                        template.features[box] = self.encode(crop)
+            if mask is not None and request not in template.regions:
+                template.regions[request] = self.regionize(mask, *request.size)
+            box = template.box(request)
+            assert box is not None  # the region is there now
+            if self.encode is not None and (*request.size, box) not in template.features:
+                rows, cols = box.slices
+                with torch.inference_mode():
+                    crop = np.ascontiguousarray(frame[rows, cols])
+                    template.features[(*request.size, box)] = self.encode(crop)
             with self._lock:
                 self._entries[key] = template
                 self._entries.move_to_end(key)

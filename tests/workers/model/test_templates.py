@@ -158,3 +158,16 @@ def test_a_mask_that_animates_nothing_at_the_jobs_size_fails_the_job(
 ) -> None:
     with pytest.raises(ModelError, match="mask"):
         animator.animate(make_image(96, 64), PARAMS, mask=_mask(64, 96, slice(0, 0), slice(0, 0)))
+
+
+def test_an_unmasked_job_from_its_template_gives_the_pipelines_own_frames(
+    animator: Animator, make_image: Callable[..., bytes]
+) -> None:
+    image = make_image(80, 60, 6)
+    animator.templates.clear()
+    cold = animator.animate(image, PARAMS)
+    assert animator.templates.held() == [hashlib.sha256(image).hexdigest()]
+    hit = animator.animate(image, PARAMS)
+    # Nothing cached: the pipeline fits nothing and encodes the frame itself.
+    plain = animator.run_frames(prepare_image(image, 48, 32), PARAMS)
+    assert np.array_equal(cold, plain) and np.array_equal(hit, plain)
