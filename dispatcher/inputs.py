@@ -6,7 +6,8 @@ import io
 from typing import Annotated, Any, Literal
 
 from PIL import Image, UnidentifiedImageError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from animfleet.addons import AddonUse, check_addons
 from animfleet.errors import PermanentError
@@ -21,7 +22,26 @@ MAX_IMAGE_SIDE = 8192
 MAX_PROMPT_CHARS = 500
 MAX_DEADLINE_S = 7 * 24 * 3600
 
-Side = Annotated[int, Field(ge=32, le=512, multiple_of=8)]
+# Sides up to 512 accept any aspect ratio (as always); larger ones one of ASPECT_RATIOS. The
+# worker runs the model at a small working size and renders frames at the requested size.
+MAX_SIDE = 1024
+FREE_ASPECT_SIDE = 512
+ASPECT_RATIOS = ((1, 1), (4, 5), (9, 16), (16, 9))  # width:height
+Side = Annotated[int, Field(ge=32, le=MAX_SIDE, multiple_of=8)]
+
+
+def aspect_problem(width: int, height: int) -> str | None:
+    """Why ``width`` x ``height`` is refused (a side above 512 px in an unsupported aspect
+    ratio), or None."""
+    if max(width, height) <= FREE_ASPECT_SIDE:
+        return None
+    if any(width * h == height * w for w, h in ASPECT_RATIOS):
+        return None
+    ratios = ", ".join(f"{w}:{h}" for w, h in ASPECT_RATIOS)
+    return (
+        f"{width}x{height} (width x height) is not a supported aspect ratio for sides above "
+        f"{FREE_ASPECT_SIDE} px; use {ratios} (e.g. 1024x1024, 800x1000, 576x1024, 1024x576)"
+    )
 
 
 class InvalidInput(DispatcherError, PermanentError, ValueError):
@@ -106,6 +126,13 @@ class AnimationRequest(BaseModel):
     tenant: str = Field(default=DEFAULT_TENANT, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
     priority: int = Field(default=DEFAULT_PRIORITY, ge=0, le=MAX_PRIORITY)
 
+    @model_validator(mode="after")
+    def _aspect_ratio(self) -> AnimationRequest:
+        problem = aspect_problem(self.width, self.height)
+        if problem is not None:
+            raise PydanticCustomError("aspect_ratio", problem)
+        return self
+
     @field_validator("prompt")
     @classmethod
     def _printable(cls, value: str) -> str:
@@ -134,6 +161,8 @@ def parse_request(**fields: Any) -> AnimationRequest:
         return AnimationRequest(**fields)
     except ValidationError as error:
         first = error.errors()[0]
+        if first["type"] == "aspect_ratio":
+            raise InvalidInput("width", first["msg"]) from None
         field = ".".join(str(part) for part in first["loc"]) or "request"
         value = first.get("input")
         shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."

@@ -15,7 +15,7 @@ from animfleet.addons import MAX_ADDONS, AddonUse
 from animfleet.jobs import MAX_PRIORITY
 from animfleet.jobview import JobView
 from animfleet.versions import MODEL_FIELD
-from dispatcher.inputs import MAX_DEADLINE_S, MAX_PROMPT_CHARS
+from dispatcher.inputs import MAX_DEADLINE_S, MAX_PROMPT_CHARS, MAX_SIDE
 
 
 def _json_integer(value: object) -> object:
@@ -33,7 +33,7 @@ def _json_integer(value: object) -> object:
 _INTEGER = BeforeValidator(_json_integer)
 Frames = Annotated[int, Field(ge=2, le=32), _INTEGER]
 Fps = Annotated[int, Field(ge=1, le=60), _INTEGER]
-Side = Annotated[int, Field(ge=32, le=512, multiple_of=8), _INTEGER]
+Side = Annotated[int, Field(ge=32, le=MAX_SIDE, multiple_of=8), _INTEGER]
 Seed = Annotated[int, Field(ge=0, le=2**32 - 1), _INTEGER]
 Steps = Annotated[int, Field(ge=1, le=100), _INTEGER]
 Priority = Annotated[int, Field(ge=0, le=MAX_PRIORITY), _INTEGER]

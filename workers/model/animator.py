@@ -41,6 +41,7 @@ from workers.model.profile import (
     device_key,
     psnr,
 )
+from workers.model.render import load_fill, render_job, renders
 from workers.model.schedulers import make_scheduler
 from workers.model.serving import load_serving
 from workers.model.svd import SVD_CLASS, SVDAnimation, pipeline_class_name
@@ -184,6 +185,7 @@ class Animator:
         )
         # Add-ons for this model, loaded in the background from now on (before any job).
         self.addons: AddonStore | None = open_addons(self.model_dir, self.pipeline, device)
+        self.fill = load_fill(self.model_dir, device)  # what comes into view at full size
         self.compiled: CompiledModules | AOTDenoiser | None = None
         self.aot_status = "not asked"
         if compile and aot:
@@ -366,6 +368,9 @@ class Animator:
         extra = {"features": features} if features is not None else {}
         try:
             with self._kernels(), self._addons_active(params):
+                if renders(params.height, params.width):  # U-Net at working size, then render
+                    pipe, fill, variant = self.pipeline, self.fill, self.variant
+                    return render_job(pipe, fill, pixels, params, variant, on_step)
                 frames: npt.NDArray[np.uint8] = self.pipeline(
                     pixels,
                     params.prompt,

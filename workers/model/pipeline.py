@@ -213,6 +213,35 @@ class AnimationPipeline(DiffusionPipeline):
     ) -> npt.NDArray[np.uint8]:
         """Return ``num_frames`` RGB frames (T, H, W, 3 uint8) at the input image's size;
         ``features``: the image's :meth:`image_features`, when computed before."""
+        latents, _ = self.generate(
+            image,
+            prompt,
+            num_frames,
+            fps,
+            num_inference_steps,
+            image_guidance_scale,
+            text_guidance_scale,
+            seed,
+            on_step,
+            features,
+        )
+        return self.decode(latents)
+
+    def generate(
+        self,
+        image: npt.NDArray[np.uint8],
+        prompt: str,
+        num_frames: int,
+        fps: int,
+        num_inference_steps: int = 8,
+        image_guidance_scale: float = 1.5,
+        text_guidance_scale: float = 3.0,
+        seed: int = 0,
+        on_step: StepCallback | None = None,
+        features: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, Conditions]:
+        """The clean latents (1, F, C, h, w) of :meth:`__call__` before decoding, and the
+        conditioning they were denoised with (the full-resolution renderer reads both)."""
         check_size(image, self.size_multiple)
         device = self.unet.device
         pixels = pixels_of(image, device)
@@ -228,7 +257,7 @@ class AnimationPipeline(DiffusionPipeline):
         noise = torch.randn(latent_shape, generator=generator).to(device)
         guidance = torch.tensor([[image_guidance_scale, text_guidance_scale]], device=device)
         latents = self.denoise(noise, conditions, guidance, num_inference_steps, on_step)
-        return self.decode(latents)
+        return latents, conditions
 
     def decode(self, latents: torch.Tensor) -> npt.NDArray[np.uint8]:
         # NaN would become black frames in the uint8 cast below: fail the job instead.
