@@ -147,6 +147,12 @@ def cmd_model_compile(args: argparse.Namespace) -> int:
     return run_compile(args)
 
 
+def cmd_train_fill(args: argparse.Namespace) -> int:
+    from tools.training.fill_cli import train_fill
+
+    return train_fill(args)
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from tools.training.cli import train
 
@@ -247,15 +253,16 @@ def cmd_local_up(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from tools.demo import run_demo
+    from tools.demo import demo_photo, run_demo
 
     return run_demo(
         root=Path(args.root),
-        image=Path(args.image),
+        image=Path(args.image) if args.image else demo_photo(),
         prompt=args.prompt,
         storage=args.storage,
         frames=args.frames,
         out=Path(args.out),
+        size=args.size,
     )
 
 
@@ -315,6 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_slim_arguments,
         add_train_arguments,
     )
+    from tools.training.fill_cli import add_arguments as add_fill_arguments
 
     parser = _Parser(
         prog="animfleet", description="Run the fleet's processes and its offline tools."
@@ -386,6 +394,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_arguments(train)
     train.set_defaults(func=cmd_train)
 
+    train_fill = sub.add_parser(
+        "train-fill", help="train the edge fill for full-size rendering (resumable)"
+    )
+    add_fill_arguments(train_fill)
+    train_fill.set_defaults(func=cmd_train_fill)
+
     distill = sub.add_parser(
         "distill", help="distil the teacher into a one-pass, 8-step student (resumable)"
     )
@@ -436,7 +450,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="start a local fleet, animate the example image, stop")
     demo.add_argument("--root", default="run/demo", help="state directory")
-    demo.add_argument("--image", default=str(EXAMPLE_IMAGE), help="image to animate")
+    demo.add_argument("--image", help="image to animate (default: matplotlib's sample photograph)")
+    demo.add_argument("--size", type=int, default=512, help="width and height of the video")
     demo.add_argument("--prompt", default="pan left slowly", help="the motion to animate")
     demo.add_argument(
         "--storage", choices=["local", "s3"], default="s3", help="local directory or SeaweedFS S3"

@@ -24,8 +24,23 @@ def decode_mp4(data: bytes) -> tuple[list[np.ndarray], float]:
         return frames, float(stream.average_rate or 0)
 
 
+def demo_photo() -> Path:
+    """A real photograph nobody on the project made: matplotlib's sample portrait."""
+    import matplotlib
+
+    return Path(matplotlib.get_data_path()) / "sample_data" / "grace_hopper.jpg"
+
+
 def contact_sheet(frames: list[np.ndarray], path: Path, scale: int = 2) -> Path:
-    """All frames side by side, enlarged, as one PNG."""
+    """All frames side by side as one PNG: small videos enlarged, large ones (above 128 px)
+    at half size in two rows."""
+    if frames[0].shape[0] > 128:
+        half = [np.asarray(Image.fromarray(f).reduce(2)) for f in frames]
+        rows = (half[: (len(half) + 1) // 2], half[(len(half) + 1) // 2 :])
+        if len(rows[1]) < len(rows[0]):
+            rows[1].append(np.zeros_like(half[0]))
+        Image.fromarray(np.concatenate([np.concatenate(r, axis=1) for r in rows])).save(path)
+        return path
     strip = np.concatenate(frames, axis=1)
     image = Image.fromarray(strip)
     image = image.resize((image.width * scale, image.height * scale), Image.Resampling.NEAREST)
@@ -40,6 +55,7 @@ def run_demo(
     storage: Literal["local", "s3"],
     frames: int,
     out: Path,
+    size: int = 64,
 ) -> int:
     from dispatcher import Client
     from storage import open_store
@@ -52,7 +68,14 @@ def run_demo(
         up = time.perf_counter() - started
         print(f"fleet up in {up:.1f}s: regions {', '.join(fleet.regions)}; model {fleet.model_dir}")
         client = Client(fleet.topology)
-        job = client.submit(image.read_bytes(), prompt, home_region=fleet.regions[0], frames=frames)
+        job = client.submit(
+            image.read_bytes(),
+            prompt,
+            home_region=fleet.regions[0],
+            frames=frames,
+            width=size,
+            height=size,
+        )
         print(f"submitted {job.id} to {job.region} ({prompt!r})")
         with tqdm(total=1, desc="queued", unit="step") as bar:
             record = job.get()

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from animfleet.models import SHIPPED_MODEL_DIR, SHIPPED_STUDENT_DIR
+from tools.training.fill_cli import FILL_DIR
 
 DEFAULT_RUN = "run/train/small"
 DEFAULT_DISTILL_RUN = "run/distill/small"
@@ -158,6 +159,14 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
         "--card", action="store_true", help="rewrite the model's README.md from this report"
     )
     parser.add_argument(
+        "--photos",
+        action="store_true",
+        help="instead: held-out real photographs rendered at --photo-sizes (motion, first "
+        "frame, the strip that comes into view vs border replication and upscaling)",
+    )
+    parser.add_argument("--photo-sizes", default="256,512", help="with --photos: pixels")
+    parser.add_argument("--fill", default=str(FILL_DIR), help="with --photos: edge fill model")
+    parser.add_argument(
         "--student",
         nargs="?",
         const=str(SHIPPED_STUDENT_DIR),
@@ -175,6 +184,8 @@ def evaluate(args: argparse.Namespace) -> int:
     from tools.training.evaluate import EvalSettings, run_eval
 
     _threads()
+    if args.photos:
+        return evaluate_photos(args)
     if args.student:
         return compare(args)
     settings = EvalSettings(
@@ -192,6 +203,21 @@ def evaluate(args: argparse.Namespace) -> int:
 
         report_json = json.loads((Path(args.out) / "report.json").read_text())
         print(f"model card: {write_card(Path(args.model), report_json)}")
+    return 0
+
+
+def evaluate_photos(args: argparse.Namespace) -> int:
+    from tools.training.evaluate import load_pipeline
+    from tools.training.photo_eval import PhotoEvalSettings, run_photo_eval, summary
+    from workers.model.fill import EdgeFill
+
+    fill = EdgeFill.from_pretrained(args.fill).eval() if args.fill else None
+    sizes = tuple(int(size) for size in args.photo_sizes.split(","))
+    report = run_photo_eval(
+        load_pipeline(Path(args.model)), fill, Path(args.out), PhotoEvalSettings(sizes=sizes)
+    )
+    print(summary(report))
+    print(f"report: {Path(args.out) / 'photos.json'}")
     return 0
 
 
