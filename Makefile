@@ -168,6 +168,21 @@ bench-addons: venv
 bench-mask: venv
 	ANIMFLEET_TORCH_THREADS=1 nice -n 10 $(PY) -m benchmarks.mask_bench --out out/bench-mask
 
+# Full-size output: the edge fill (resumable, state in run/fill; re-run to continue), the
+# held-out real photographs at 256 and 512 px (motion, first frame, the strip that comes into
+# view vs border replication and upscaling), and per-video time, memory and MP4 size at 64,
+# 256, 512 and 1024 px, interleaved, with the bar's PASS/FAIL.
+.PHONY: train-fill eval-photos bench-fullres
+train-fill: venv
+	ANIMFLEET_TORCH_THREADS=1 $(PY) -m tools.cli train-fill --run-dir run/fill
+
+eval-photos: venv
+	ANIMFLEET_TORCH_THREADS=1 $(PY) -m tools.cli eval --photos \
+		--model models/animfleet-small-distilled --out out/photos
+
+bench-fullres: venv
+	ANIMFLEET_TORCH_THREADS=1 $(PY) -m benchmarks.fullres_bench
+
 # The shipped model (models/animfleet-small): train in resumable stretches (state in run/train/small;
 # re-running continues), export the EMA weights, evaluate on the held-out clips. The malloc
 # thresholds (4 GiB mmap, 64 GiB trim) keep glibc from returning freed tensor buffers to the OS

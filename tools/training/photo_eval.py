@@ -62,7 +62,7 @@ METHODS = ("fill", "border", "upscaled")
 class PhotoEvalSettings:
     sizes: tuple[int, ...] = (256, 512)
     photos: tuple[str, ...] = EVAL_PHOTOS
-    speeds: tuple[str, ...] = ("slow", "normal", "fast")
+    speeds: tuple[str, ...] = ("normal", "fast")
     num_frames: int = 8
     fps: int = 8
     steps: int = 8

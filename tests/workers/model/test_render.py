@@ -3,6 +3,7 @@ aspect ratios come out as asked, the strip that comes into view is the fill's.""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -10,8 +11,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from animfleet.jobs import JobParams
 from animfleet.models import SHIPPED_STUDENT_DIR
-from workers.model.animator import Variant, load_pipeline
+from workers.model.animator import Animator, Variant, load_pipeline
 from workers.model.fill import EdgeFill
 from workers.model.render import (
     WorkingClip,
@@ -134,3 +136,17 @@ def test_shipped_fill_loads_with_from_pretrained() -> None:
         out = fill(frames, unknown)
     assert torch.equal(out[..., :48], frames[..., :48])  # what is visible stays
     assert not torch.equal(out[..., 48:], frames[..., 48:])  # trained: the strip is predicted
+
+
+def test_a_worker_asked_for_512_px_runs_the_unet_at_its_working_size(
+    make_image: Callable[..., bytes],
+) -> None:
+    animator = Animator(SHIPPED_STUDENT_DIR, Variant(name="student", steps=2))
+    shapes: list[tuple[int, ...]] = []
+    animator.pipeline.unet.register_forward_pre_hook(
+        lambda _, args: shapes.append(tuple(args[0].shape))
+    )
+    params = JobParams(prompt="pan up", frames=3, fps=8, width=288, height=512, seed=0)
+    frames = animator.animate(make_image(300, 500), params)
+    assert frames.shape == (3, 512, 288, 3)
+    assert shapes and all(shape[-2:] == (64, 32) for shape in shapes)  # 9:16 at 64 px
