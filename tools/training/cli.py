@@ -165,7 +165,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
         "frame, the strip that comes into view vs border replication and upscaling)",
     )
     parser.add_argument("--photo-sizes", default="256,512", help="with --photos: pixels")
-    parser.add_argument("--fill", default=str(FILL_DIR), help="with --photos: edge fill model")
+    parser.add_argument("--fill", default=str(FILL_DIR), help="edge fill")
     parser.add_argument(
         "--student",
         nargs="?",

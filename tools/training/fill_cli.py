@@ -6,14 +6,14 @@ import argparse
 import os
 from pathlib import Path
 
-FILL_DIR = Path(__file__).resolve().parents[2] / "models" / "animfleet-edge-fill"
+FILL_DIR = Path("models") / "animfleet-edge-fill"  # relative to the repository root
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--run-dir", default="run/fill", help="checkpoint and loss curve")
-    parser.add_argument("--out", default=str(FILL_DIR), help="the exported model directory")
+    parser.add_argument("--run-dir", default="run/fill", help="resumable state")
+    parser.add_argument("--out", default=str(FILL_DIR), help="export to")
     parser.add_argument("--steps", type=int, default=1500, help="optimiser steps in all")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="only when starting a run")
     parser.add_argument("--minutes", type=float, default=None, help="stop (resumably) after")
     parser.add_argument(
         "--export-now", action="store_true", help="export the EMA weights as they are (no steps)"
