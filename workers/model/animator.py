@@ -368,7 +368,7 @@ class Animator:
         extra = {"features": features} if features is not None else {}
         try:
             with self._kernels(), self._addons_active(params):
-                if renders(params.height, params.width):  # U-Net at working size, then render
+                if renders(*pixels.shape[:2]):  # the U-Net at its working size, then render
                     pipe, fill, variant = self.pipeline, self.fill, self.variant
                     return render_job(pipe, fill, pixels, params, variant, on_step)
                 frames: npt.NDArray[np.uint8] = self.pipeline(
