@@ -3,6 +3,7 @@ aspect ratios come out as asked, the strip that comes into view is the fill's.""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,10 +11,11 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from PIL import Image
 
 from animfleet.jobs import JobParams
 from animfleet.models import SHIPPED_STUDENT_DIR
-from workers.model.animator import Animator, Variant, load_pipeline
+from workers.model.animator import Animator, Variant, load_pipeline, prepare_image
 from workers.model.fill import EdgeFill
 from workers.model.render import (
     WorkingClip,
@@ -150,3 +152,19 @@ def test_a_worker_asked_for_512_px_runs_the_unet_at_its_working_size(
     frames = animator.animate(make_image(300, 500), params)
     assert frames.shape == (3, 512, 288, 3)
     assert shapes and all(shape[-2:] == (64, 32) for shape in shapes)  # 9:16 at 64 px
+
+
+def test_a_masked_job_at_256_px_renders_its_box_and_keeps_the_rest() -> None:
+    animator = Animator(SHIPPED_STUDENT_DIR, Variant(name="student", steps=2))
+    image = io.BytesIO()
+    Image.fromarray(_photo(400, 400)).save(image, format="PNG")
+    mask = np.zeros((400, 400), dtype=np.uint8)
+    mask[100:300, 50:250] = 255
+    mask_png = io.BytesIO()
+    Image.fromarray(mask).save(mask_png, format="PNG")
+    params = JobParams(prompt="pan left", frames=3, fps=8, width=256, height=256, seed=0)
+    frames = animator.animate(image.getvalue(), params, mask=mask_png.getvalue())
+    still = prepare_image(image.getvalue(), 256, 256)
+    assert frames.shape == (3, 256, 256, 3) and np.array_equal(frames[0], still)
+    assert np.array_equal(frames[:, :40], np.repeat(still[None, :40], 3, axis=0))  # unmasked
+    assert not np.array_equal(frames[2], still)  # the masked box moves
