@@ -20,6 +20,7 @@ from workers.model.profile import (
     PROFILE_FILE,
     Choice,
     ServingProfile,
+    device_key,
     load_profile,
     save_profile,
     weights_hash,
@@ -56,7 +57,7 @@ def test_tune_measures_and_keeps_a_choice_above_the_floor(models: tuple[Path, Pa
     assert chosen.accepted and chosen.psnr_db >= 40
     assert entry.weights == weights_hash(student) and entry.buckets == ["4x16x16"]
     save_profile(student, entry)  # an infinite PSNR survives the JSON round trip
-    assert load_profile(student) == ServingProfile(devices={"cpu": entry})
+    assert load_profile(student) == ServingProfile(devices={device_key("cpu"): entry})
     (student / PROFILE_FILE).unlink()
 
 

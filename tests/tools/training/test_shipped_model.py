@@ -20,7 +20,7 @@ EXAMPLE = Path(__file__).parents[3] / "tools" / "assets" / "example.png"
 @pytest.fixture(scope="module")
 def animator() -> Animator:
     assert (SHIPPED_MODEL_DIR / "model_index.json").exists(), "the shipped model is missing"
-    return Animator(SHIPPED_MODEL_DIR)  # the worker's defaults: bf16, DPM-Solver++
+    return Animator(SHIPPED_MODEL_DIR)  # the default variant: fp32, DPM-Solver++
 
 
 def _png(image: Image.Image) -> bytes:
