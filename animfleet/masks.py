@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import io
 
-import numpy as np
-import numpy.typing as npt
 from PIL import Image, ImageOps
 
 THRESHOLD = 128  # grey levels at or above this animate
@@ -23,11 +21,16 @@ def decode_mask(data: bytes) -> Image.Image:
         return ImageOps.exif_transpose(opened).convert("L")
 
 
-def fit_mask(mask: Image.Image, width: int, height: int) -> npt.NDArray[np.bool_]:
-    """(height, width) booleans: the mask fitted like the image, then thresholded."""
+def fitted_mask(mask: Image.Image, width: int, height: int) -> Image.Image:
+    """The mask centre-cropped and resized like the image; pixels >= :data:`THRESHOLD` animate."""
     # Nearest keeps a binary mask binary; a soft (anti-aliased) one is thresholded either way.
-    fitted = ImageOps.fit(mask, (width, height), Image.Resampling.NEAREST)
-    return np.asarray(fitted, dtype=np.uint8) >= THRESHOLD
+    return ImageOps.fit(mask, (width, height), Image.Resampling.NEAREST)
+
+
+def coverage(mask: Image.Image, width: int, height: int) -> float:
+    """The share of a ``width`` x ``height`` frame the fitted mask animates (PIL only: the
+    dispatcher, which checks masks, has no numpy)."""
+    return sum(fitted_mask(mask, width, height).histogram()[THRESHOLD:]) / (width * height)
 
 
 def same_aspect(a: tuple[int, int], b: tuple[int, int], tolerance: float = 0.01) -> bool:

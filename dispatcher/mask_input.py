@@ -6,10 +6,9 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-import numpy as np
 from PIL import Image
 
-from animfleet.masks import decode_mask, fit_mask, same_aspect
+from animfleet.masks import coverage, decode_mask, same_aspect
 from dispatcher.inputs import InvalidInput, check_image
 
 
@@ -48,12 +47,12 @@ def check_mask(data: bytes, image_size: tuple[int, int], width: int, height: int
         grey = decode_mask(bytes(data))
     except (OSError, ValueError, Image.DecompressionBombError) as error:
         raise InvalidInput("mask", f"could not be decoded: {error}") from None
-    fitted = fit_mask(grey, width, height)
-    if not fitted.any():
-        lightest = int(np.asarray(grey).max())
+    share = coverage(grey, width, height)
+    if not share:
+        lightest = grey.getextrema()[1]
         raise InvalidInput(
             "mask",
             f"animates no pixel at {width}x{height} (its lightest grey is {lightest}; white, "
             "at least 128, animates): send no mask to animate the whole image",
         )
-    return CheckedMask(hashlib.sha256(bytes(data)).hexdigest(), float(fitted.mean()))
+    return CheckedMask(hashlib.sha256(bytes(data)).hexdigest(), share)

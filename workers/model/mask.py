@@ -16,8 +16,9 @@ import numpy as np
 import numpy.typing as npt
 import torch
 import torch.nn.functional as F
+from PIL import Image
 
-from animfleet.masks import decode_mask, fit_mask
+from animfleet.masks import THRESHOLD, decode_mask, fitted_mask
 
 # The seam's width as a share of the frame's shorter side (2 pixels at 64, 32 at 1024).
 FEATHER_SHARE = 1 / 32
@@ -54,6 +55,11 @@ class MaskRegion:
     def coverage(self) -> float:
         """The share of the frame the mask animates."""
         return float(self.inside.mean())
+
+
+def fit_mask(mask: Image.Image, width: int, height: int) -> npt.NDArray[np.bool_]:
+    """(height, width) booleans: the mask fitted like the image, then thresholded."""
+    return np.asarray(fitted_mask(mask, width, height), dtype=np.uint8) >= THRESHOLD
 
 
 def _span(low: int, high: int, full: int, multiple: int, margin: int) -> tuple[int, int]:
