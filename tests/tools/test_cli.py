@@ -123,7 +123,9 @@ def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser
     return found
 
 
-def test_every_help_shows_the_defaults() -> None:
+def test_every_help_shows_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Wide enough that no line wraps: argparse breaks long defaults (paths) at their hyphens.
+    monkeypatch.setenv("COLUMNS", "1000")
     for parser in _subparsers(cli.build_parser()):
         text = parser.format_help()
         for action in parser._actions:
