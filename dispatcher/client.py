@@ -15,6 +15,7 @@ import structlog
 
 from animfleet.errors import AnimfleetError, TransientError
 from animfleet.job_input import pack_input
+from animfleet.job_inputs import JobInputs
 from animfleet.jobs import (
     IllegalTransition,
     JobRecord,
@@ -38,7 +39,7 @@ from animfleet.region.outbox import WebhookDelivery, replay_last
 from animfleet.region.status import RegionStatus, read_region_status
 from animfleet.topology import Region, Topology
 from dispatcher import batch, metrics, records
-from dispatcher.addons import AddonChecker
+from dispatcher.addons import AddonChecker, take_images
 from dispatcher.admission import AdmissionSettings, AtCapacity, BacklogFull
 from dispatcher.enqueue import RegionQueue
 from dispatcher.errors import DispatcherError
@@ -178,7 +179,8 @@ class Client:
         Raises :class:`dispatcher.inputs.InvalidInput` (naming the field) before anything is
         stored or published, and :class:`EnqueueFailed` if the broker cannot take the job.
         """
-        request = parse_request(prompt=prompt, webhook_url=webhook_url, **options)
+        addons, controls = take_images(options.pop("addons", ()))
+        request = parse_request(prompt=prompt, webhook_url=webhook_url, addons=addons, **options)
         _, image_width, image_height = check_image(image)
         masked = (
             None
@@ -199,7 +201,8 @@ class Client:
         home = home_region or self.topology.names[0]
         self.topology.region(home)
         fingerprint = records.fingerprint(image, request, home, mask)
-        stored = pack_input(image, mask)
+        # Add-ons' control images ride with the (masked) image in the one value stored.
+        stored = JobInputs(pack_input(image, mask), controls).pack()
         sticky = idempotency_key or job_id or secrets.token_hex(8)
         choice = self.versions.choose(home, request.model, sticky)
         self.addons.check(home, request.addons)
@@ -285,7 +288,8 @@ class Client:
 
         Returns ``None`` (keys released) when ``target`` is full; raises :class:`_Repeat`
         when a key names a job created before, :class:`BacklogFull` when a cap is reached.
-        ``stored``: the image (and mask) as stored (:func:`animfleet.job_input.pack_input`).
+        ``stored``: the image (and mask, and control images) as stored
+        (:class:`animfleet.job_inputs.JobInputs` around :func:`animfleet.job_input.pack_input`).
         """
         new_id = job_id or new_job_id(target)
         keys = [f"id:{job_id}"] if job_id else []

@@ -53,18 +53,19 @@ class InvalidInput(DispatcherError, PermanentError, ValueError):
         self.message = message
 
 
-def check_image(data: bytes) -> tuple[str, int, int]:
+def check_image(data: bytes, field: str = "image") -> tuple[str, int, int]:
     """Return (format, width, height) of a safe-to-decode image, or raise :class:`InvalidInput`.
 
     The header is read first, so a decompression bomb is refused before any pixel is decoded;
     then the whole image is decoded, so a truncated file is refused here rather than on a GPU.
+    ``field``: the request field errors name (another image of the job, e.g. a control image).
     """
     if not isinstance(data, bytes | bytearray):
-        raise InvalidInput("image", f"must be bytes, got {type(data).__name__}")
+        raise InvalidInput(field, f"must be bytes, got {type(data).__name__}")
     if len(data) == 0:
-        raise InvalidInput("image", "is empty")
+        raise InvalidInput(field, "is empty")
     if len(data) > MAX_IMAGE_BYTES:
-        raise InvalidInput("image", f"is {len(data)} bytes; the limit is {MAX_IMAGE_BYTES}")
+        raise InvalidInput(field, f"is {len(data)} bytes; the limit is {MAX_IMAGE_BYTES}")
     try:
         # Only the three formats' parsers ever see the bytes; the size is checked against our
         # own limit (far below Pillow's bomb warning) before a pixel is decoded.
@@ -76,7 +77,7 @@ def check_image(data: bytes) -> tuple[str, int, int]:
                 or width * height > MAX_IMAGE_PIXELS
             ):
                 raise InvalidInput(
-                    "image",
+                    field,
                     f"is {width}x{height} pixels; the limit is {MAX_IMAGE_PIXELS} pixels "
                     f"and {MAX_IMAGE_SIDE} per side",
                 )
@@ -85,14 +86,12 @@ def check_image(data: bytes) -> tuple[str, int, int]:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
         raise InvalidInput(
-            "image", f"is larger than the limit of {MAX_IMAGE_PIXELS} pixels ({error})"
+            field, f"is larger than the limit of {MAX_IMAGE_PIXELS} pixels ({error})"
         ) from None
     except UnidentifiedImageError:
-        raise InvalidInput(
-            "image", f"is not a PNG, JPEG or WebP image ({len(data)} bytes)"
-        ) from None
+        raise InvalidInput(field, f"is not a PNG, JPEG or WebP image ({len(data)} bytes)") from None
     except (OSError, SyntaxError, ValueError) as error:
-        raise InvalidInput("image", f"could not be decoded: {error}") from None
+        raise InvalidInput(field, f"could not be decoded: {error}") from None
     return fmt, width, height
 
 

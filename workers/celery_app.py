@@ -238,7 +238,9 @@ def load_model(**_: Any) -> None:
         slots=settings.batch,
     )
     if addons is not None:  # dispatchers accept jobs asking for these from now on
-        RegionAddons(store.redis, region.name).advertise(addons.names())
+        RegionAddons(store.redis, region.name).advertise(
+            addons.names(), with_image=addons.with_image()
+        )
         for member, slot in zip(heartbeat.members, heartbeat.slots, strict=True):
             PrefetchListener(store.redis, region.name, member, addons, slot).start()
     process.runner = JobRunner(

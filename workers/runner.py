@@ -36,6 +36,7 @@ from workers import metrics as worker_metrics
 from workers.encode import EncodeError, encode_mp4
 from workers.errors import WorkerError
 from workers.heartbeat import Heartbeat
+from workers.inputs import StoredInputError, stored_inputs
 from workers.model import Animator, ModelError
 from workers.model.masked import prefetch
 from workers.model.pipeline import StepCallback
@@ -186,7 +187,11 @@ class JobRunner:
         stored = self.store.input_image(record.id)
         if stored is None:
             raise JobFailed("input_missing", "the job's input image is no longer stored")
-        image, mask = unpack_stored(stored, record.params.mask is not None)
+        try:
+            inputs = stored_inputs(stored, record.params)
+        except StoredInputError as error:
+            raise JobFailed("input_invalid", str(error)) from None
+        image, mask = unpack_stored(inputs.image, record.params.mask is not None)
         params = record.params
         check_decodes(image)
 
@@ -215,11 +220,16 @@ class JobRunner:
         masked = {"mask": mask} if mask is not None else {}
         started = time.perf_counter()
         try:
+            # Extra images (add-ons' control images) only to jobs that have them: stand-in
+            # animators take none.
+            extra = {"inputs": inputs.extras} if inputs.extras else {}
             if self.batch is None:
-                frames = animator.animate(image, params, on_step, **masked)
+                frames = animator.animate(image, params, on_step, **masked, **extra)
             else:  # a thread pool has no soft time limit of its own: the engine keeps it
                 limit = self.settings.soft_time_limit_s
-                frames = self.batch.animate(animator, image, params, on_step, limit, **masked)
+                frames = self.batch.animate(
+                    animator, image, params, on_step, limit, **masked, **extra
+                )
         except ModelError as error:
             raise JobFailed("model_error", str(error)) from error
         inferred = time.perf_counter()

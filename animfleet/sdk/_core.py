@@ -39,11 +39,22 @@ def image_field(image: Image) -> str:
 
 
 def job_body(image: Image, prompt: str, options: Mapping[str, Any]) -> dict[str, Any]:
-    body = {"image": image_field(image), "prompt": prompt}
+    body: dict[str, Any] = {"image": image_field(image), "prompt": prompt}
     body.update({name: value for name, value in options.items() if value is not None})
     if "mask" in body:  # sent the ways the image is: bytes or a file become a data URI
         body["mask"] = image_field(body["mask"])
+    if body.get("addons"):
+        body["addons"] = [addon_field(addon) for addon in body["addons"]]
     return body
+
+
+def addon_field(addon: Mapping[str, Any]) -> dict[str, Any]:
+    """An add-on as sent: its control ``image`` (bytes, a file, a URL or a key) like the
+    job's image."""
+    sent = dict(addon)
+    if sent.get("image") is not None:
+        sent["image"] = image_field(sent["image"])
+    return sent
 
 
 def new_idempotency_key() -> str:

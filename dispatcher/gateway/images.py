@@ -15,6 +15,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from animfleet.netguard import BlockedURL, FetchFailed, NetGuard
 from dispatcher.gateway.errors import ApiError
@@ -103,6 +104,23 @@ def _decode_data_uri(value: str, field: str) -> bytes:
         return base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError):
         raise InvalidInput(field, "the data URI's payload is not valid base64") from None
+
+
+def resolve_addon_images(
+    options: dict[str, Any],
+    netguard: NetGuard,
+    objects: ObjectStore,
+    slots: FetchSlots | None = None,
+    tenant: str = "default",
+) -> None:
+    """Replace each add-on's ``image`` in ``options`` (a URL, data URI or storage key, like
+    the job's image) by its bytes; errors name ``addons.<i>.image``."""
+    for index, addon in enumerate(options.get("addons") or ()):
+        value = addon.get("image") if isinstance(addon, dict) else None
+        if isinstance(value, str):
+            addon["image"] = resolve_image(
+                value, netguard, objects, slots, tenant, field=f"addons.{index}.image"
+            )
 
 
 @contextmanager

@@ -17,7 +17,7 @@ from dispatcher.client import JobHandle, WaitTimeout
 from dispatcher.gateway import scoping
 from dispatcher.gateway.auth import Caller, CallerDep
 from dispatcher.gateway.errors import ApiError, as_api_error
-from dispatcher.gateway.images import resolve_image
+from dispatcher.gateway.images import resolve_addon_images, resolve_image
 from dispatcher.gateway.runtime import Runtime
 from dispatcher.gateway.schemas import (
     BatchRequest,
@@ -134,6 +134,13 @@ def _submit(
             caller.tenant,
             field="mask",
         )
+    resolve_addon_images(
+        options,
+        client.netguard,
+        runtime.objects(runtime.settings.region),
+        runtime.fetch_slots,
+        caller.tenant,
+    )
     handle: JobHandle = client.submit(
         image,
         body.prompt,
@@ -194,7 +201,10 @@ def create_jobs(body: BatchRequest, request: Request, caller: CallerDep) -> Batc
             continue
         try:
             options = scoping.submit_options(caller, item.options())
-        except ApiError as error:
+            resolve_addon_images(
+                options, client.netguard, objects, runtime.fetch_slots, caller.tenant
+            )
+        except (ApiError, AnimfleetError) as error:
             results.append(_failed(error))
             continue
         results.append(None)

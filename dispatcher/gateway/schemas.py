@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from animfleet.addons import MAX_ADDONS, AddonUse
+from animfleet.addons import ADDON_NAME, MAX_ADDONS, MAX_SCALE
 from animfleet.jobs import MAX_PRIORITY
 from animfleet.jobview import JobView
 from animfleet.versions import MODEL_FIELD
@@ -44,6 +44,7 @@ def _default(value: int | None) -> dict[str, Any]:
 
 
 __all__ = [
+    "AddonRequest",
     "BatchItem",
     "BatchRequest",
     "BatchResponse",
@@ -57,6 +58,27 @@ __all__ = [
 ]
 
 
+IMAGE_FIELD = r"^(data:|https?://|inputs/)"
+
+
+class AddonRequest(BaseModel):
+    """One add-on of a request: its name, strength and, for an image-conditioned add-on, its
+    control image (given like the job's image)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    name: str = Field(pattern=ADDON_NAME, description="an add-on the region serves")
+    scale: float = Field(default=1.0, ge=0.0, le=MAX_SCALE, description="its strength")
+    image: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=16 * 2**20,
+        pattern=IMAGE_FIELD,
+        description="the control image of an image-conditioned add-on (e.g. path: an arrow "
+        "drawn light on dark): a URL, a base64 data URI or an inputs/ storage key",
+    )
+
+
 class JobRequest(BaseModel):
     """``POST /v1/jobs`` and ``PUT /v1/jobs/{id}``."""
 
@@ -65,7 +87,7 @@ class JobRequest(BaseModel):
     image: str = Field(
         min_length=1,
         max_length=16 * 2**20,
-        pattern=r"^(data:|https?://|inputs/)",
+        pattern=IMAGE_FIELD,
         description="an http(s) URL, a base64 data URI (data:image/png;base64,...) or the key "
         "of an object under inputs/ in the region's storage",
     )
@@ -108,10 +130,11 @@ class JobRequest(BaseModel):
         pattern=MODEL_FIELD,
         description='a deployment ("default" when omitted) or a pinned version "name@version"',
     )
-    addons: list[AddonUse] | None = Field(
+    addons: list[AddonRequest] | None = Field(
         default=None,
         max_length=MAX_ADDONS,
-        description="motion add-ons by name with a strength (0-2), each at most once",
+        description="motion add-ons by name with a strength (0-2), each at most once; an "
+        "image-conditioned one with its control image",
         examples=[[{"name": "shake", "scale": 1.0}]],
     )
     webhook: str | None = Field(

@@ -28,3 +28,13 @@ def test_names_scales_counts_and_repeats_are_checked() -> None:
 def test_records_from_before_addons_still_load() -> None:
     old = '{"prompt": "pan", "frames": 8, "fps": 8, "width": 64, "height": 64, "seed": 1}'
     assert JobParams.model_validate_json(old).addons == ()
+
+
+def test_an_addon_without_a_control_image_serialises_as_before() -> None:
+    assert AddonUse(name="shake").model_dump() == {"name": "shake", "scale": 1.0}
+    digest = "ab" * 32
+    imaged = AddonUse(name="path", image_sha256=digest)
+    assert imaged.model_dump()["image_sha256"] == digest
+    assert AddonUse.model_validate_json(imaged.model_dump_json()) == imaged
+    with pytest.raises(ValidationError):
+        AddonUse(name="path", image_sha256="not a digest")
