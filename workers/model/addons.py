@@ -4,9 +4,11 @@ them off the request's critical path.
 An add-on is a directory ``<addons root>/<name>/`` holding ``addon.safetensors``: peft-named
 LoRA weights (``<layer>.lora_A.weight`` (r, in[, k, k]), ``<layer>.lora_B.weight``
 (out, r[, 1, 1])) with metadata ``base`` (the model directory name it was trained on),
-``rank`` and ``alpha``. Workers serve the add-ons made for their model; the store loads them
-in a background thread at boot (and whenever asked), keeps them in memory up to a byte cap,
-least recently used out first, and a job only waits for one that is not there yet.
+``rank`` and ``alpha``; or, with metadata ``kind: control``, an image-conditioned branch
+(:mod:`workers.model.control_branch`) that takes a control image per job. Workers serve the
+add-ons made for their model; the store loads them in a background thread at boot (and
+whenever asked), keeps them in memory up to a byte cap, least recently used out first, and a
+job only waits for one that is not there yet.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +29,15 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
+from animfleet.addons import control_input
+from animfleet.jobs import JobParams
+from workers.model.control_branch import (
+    ControlAddonError,
+    ControlEncoder,
+    ControlHooks,
+    read_control,
+)
+from workers.model.control_run import BranchRunner
 from workers.model.lora_branch import LoraBranches, LowRank
 from workers.model.motion_unet import MotionUNet
 
@@ -54,10 +65,14 @@ class Addon:
     name: str
     base: str
     layers: dict[str, LowRank]
+    control: ControlEncoder | None = None  # an image-conditioned add-on's branch
 
     @property
     def nbytes(self) -> int:
-        return sum(delta.nbytes for delta in self.layers.values())
+        branch = self.control.parameters() if self.control is not None else ()
+        return sum(delta.nbytes for delta in self.layers.values()) + sum(
+            p.numel() * p.element_size() for p in branch
+        )
 
 
 def addons_root(model_dir: Path) -> Path:
@@ -67,15 +82,22 @@ def addons_root(model_dir: Path) -> Path:
 
 def available(root: Path, base: str) -> list[str]:
     """Names of the add-ons under ``root`` trained for the model named ``base``, sorted."""
-    names = []
+    return sorted(kinds(root, base))
+
+
+def kinds(root: Path, base: str) -> dict[str, str]:
+    """The add-ons under ``root`` for the model named ``base``: name -> kind (``lora`` or
+    ``control``)."""
+    found = {}
     for path in sorted(root.glob(f"*/{WEIGHTS_FILE}")):
         name = path.parent.name
         if not NAME_PATTERN.match(name):
             continue
         with safe_open(str(path), framework="pt") as handle:
-            if (handle.metadata() or {}).get("base") == base:
-                names.append(name)
-    return names
+            meta = handle.metadata() or {}
+        if meta.get("base") == base:
+            found[name] = meta.get("kind", "lora")
+    return found
 
 
 def read_addon(
@@ -88,6 +110,11 @@ def read_addon(
         raise AddonError(f"add-on {name!r} has no {WEIGHTS_FILE} in {path}")
     with safe_open(str(weights), framework="pt") as handle:
         meta = handle.metadata() or {}
+        if meta.get("kind") == "control":
+            try:
+                return Addon(name, base, {}, read_control(path, name, base, dtype, device))
+            except ControlAddonError as error:
+                raise AddonError(str(error)) from error
         tensors = {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118
     if meta.get("base") != base:
         raise AddonError(f"add-on {name!r} is for {meta.get('base')!r}, not {base!r}")
@@ -139,13 +166,17 @@ class AddonStore:
         self.hits = self.misses = self.evictions = 0
         self.load_seconds = 0.0
         self._branches: LoraBranches | None = None
-        self._names: list[str] | None = None
+        self._controls: ControlHooks | None = None
+        self._kinds: dict[str, str] | None = None
+        self.runner = BranchRunner(device)
 
     def attach(self, model: nn.Module) -> LoraBranches:
-        """Give ``model``'s :data:`TARGETS` their branches (once); raises ValueError if it
-        lacks one of them."""
+        """Give ``model``'s :data:`TARGETS` their branches and, if it serves a control
+        add-on, its control hooks (once); raises ValueError if it lacks one of them."""
         if self._branches is None:
             self._branches = LoraBranches(model, TARGETS)
+            if self.with_image():
+                self._controls = ControlHooks(model)
         return self._branches
 
     @property
@@ -157,9 +188,15 @@ class AddonStore:
 
     def names(self) -> list[str]:
         """The add-ons this worker can serve (on disk for its model when first asked)."""
-        if self._names is None:
-            self._names = available(self.root, self.base) if self.root.is_dir() else []
-        return list(self._names)
+        if self._kinds is None:
+            self._kinds = kinds(self.root, self.base) if self.root.is_dir() else {}
+        return sorted(self._kinds)
+
+    def with_image(self) -> list[str]:
+        """Those of :meth:`names` that take a control image per job."""
+        self.names()
+        assert self._kinds is not None
+        return sorted(name for name, kind in self._kinds.items() if kind == "control")
 
     def held(self) -> list[str]:
         """Names in memory, least recently used first."""
@@ -224,16 +261,37 @@ class AddonStore:
         return sum(addon.nbytes for addon in self._held.values())
 
     def activate(
-        self, uses: Sequence[tuple[str, float]]
-    ) -> contextlib.AbstractContextManager[None]:
-        """A context manager running the attached model with each ``(name, scale)`` add-on
-        on its branches; raises :class:`AddonError` for one it cannot load."""
-        deltas = [(self.get(name).layers, scale) for name, scale in uses]
-        return self.branches.activate(deltas)
+        self,
+        uses: Sequence[tuple[str, float]],
+        images: Mapping[str, bytes] | None = None,
+        size: tuple[int, int] = (64, 64),
+    ) -> contextlib.AbstractContextManager[Any]:
+        """A context manager running the attached model with each ``(name, scale)`` add-on:
+        a LoRA on its branches, a control add-on with its control image from ``images``
+        (by name), its branch started now for a ``size`` (width, height) job, beside
+        whatever runs before the U-Net needs it. Raises :class:`AddonError` for an add-on it
+        cannot load or a control add-on without its image."""
+        deltas, pending = [], []
+        for name, scale in uses:
+            addon = self.get(name)
+            if addon.control is None:
+                deltas.append((addon.layers, scale))
+                continue
+            image = (images or {}).get(name)
+            if image is None or self._controls is None:
+                raise AddonError(f"add-on {name!r} needs its control image, which the job lacks")
+            pending.append((self.runner.start(addon.control, image, *size), scale))
+        stack = contextlib.ExitStack()
+        stack.enter_context(self.branches.activate(deltas))
+        if pending:
+            assert self._controls is not None
+            stack.enter_context(self._controls.activate(pending))
+        return stack
 
     def close(self) -> None:
-        """Stop the background thread (pending loads finish first)."""
+        """Stop the background threads (pending loads finish first)."""
         self._pool.shutdown(wait=True)
+        self.runner.close()
 
 
 def open_addons(model_dir: Path, pipeline: Any, device: str = "cpu") -> AddonStore | None:
@@ -250,3 +308,33 @@ def open_addons(model_dir: Path, pipeline: Any, device: str = "cpu") -> AddonSto
     store.attach(unet)
     store.prefetch(names)
     return store
+
+
+def job_addons(
+    store: AddonStore | None,
+    params: JobParams,
+    inputs: Mapping[str, bytes],
+    eager: contextlib.AbstractContextManager[Any] | None = None,
+) -> contextlib.AbstractContextManager[Any]:
+    """A context manager running one job's add-ons (``params.addons``; the control images
+    from the job's ``inputs`` by input name), inside ``eager`` when given; with none, the
+    base model. Raises :class:`AddonError` for an add-on ``store`` cannot serve."""
+    if not params.addons:
+        return contextlib.nullcontext()
+    if store is None:
+        raise AddonError("this worker's model serves no add-ons")
+    images = {
+        use.name: inputs[control_input(use.name)]
+        for use in params.addons
+        if control_input(use.name) in inputs
+    }
+    stack = contextlib.ExitStack()
+    if eager is not None:
+        stack.enter_context(eager)
+    try:
+        uses = [(use.name, use.scale) for use in params.addons]
+        stack.enter_context(store.activate(uses, images, (params.width, params.height)))
+    except BaseException:
+        stack.close()
+        raise
+    return stack

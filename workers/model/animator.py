@@ -8,7 +8,7 @@ import io
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ from animfleet.errors import PermanentError
 from animfleet.jobs import JobParams
 from animfleet.models import resolve_model
 from workers.errors import WorkerError
-from workers.model.addons import AddonError, AddonStore, open_addons
+from workers.model.addons import AddonError, AddonStore, job_addons, open_addons
 from workers.model.aot import AOTDenoiser, load_packages
 from workers.model.attention import install_context_dedup
 from workers.model.block_cache import BlockCache, install_block_cache
@@ -345,16 +345,20 @@ class Animator:
         params: JobParams,
         on_step: StepCallback | None = None,
         mask: bytes | None = None,
+        inputs: Mapping[str, bytes] | None = None,
     ) -> npt.NDArray[np.uint8]:
         """Frames (T, H, W, 3 uint8) for one job; raises :class:`ModelError` on failure.
-        With ``mask`` (a PNG) only its white part moves (:mod:`workers.model.masked`)."""
+        With ``mask`` (a PNG) only its white part moves (:mod:`workers.model.masked`).
+        ``inputs``: the job's extra images by input name (add-ons' control images)."""
         if mask is not None:
+            if inputs:
+                raise ModelError("a masked job cannot take an image-conditioned add-on yet")
             try:
                 return animate_masked(self, image, mask, params, on_step)
             except ValueError as error:
                 raise ModelError(f"mask: {error}") from error
         frame, features = whole_frame(self, image, params)  # from the template cache
-        return self.run_frames(frame, params, on_step, features)
+        return self.run_frames(frame, params, on_step, features, inputs)
 
     def run_frames(
         self,
@@ -362,12 +366,13 @@ class Animator:
         params: JobParams,
         on_step: StepCallback | None = None,
         features: Features | None = None,
+        inputs: Mapping[str, bytes] | None = None,
     ) -> npt.NDArray[np.uint8]:
         """Frames of one fitted frame (H, W, 3 uint8); ``features``: its image features, when
-        cached. Raises :class:`ModelError`."""
+        cached; ``inputs``: as :meth:`animate`'s. Raises :class:`ModelError`."""
         extra = {"features": features} if features is not None else {}
         try:
-            with self._kernels(), self._addons_active(params):
+            with self._kernels(), self._addons_active(params, inputs or {}):
                 if renders(*pixels.shape[:2]):  # the U-Net at its working size, then render
                     pipe, fill, variant = self.pipeline, self.fill, self.variant
                     return render_job(pipe, fill, pixels, params, variant, on_step)
@@ -387,15 +392,14 @@ class Animator:
             raise ModelError(f"{type(error).__name__}: {error}") from error
         return frames
 
-    def _addons_active(self, params: JobParams) -> contextlib.AbstractContextManager[None]:
-        """The job's add-ons on the U-Net's branches for the call; none: the base model.
-        Raises :class:`ModelError` for an add-on this worker cannot serve."""
-        if not params.addons:
-            return contextlib.nullcontext()
-        if self.addons is None:
-            raise ModelError("this worker's model serves no add-ons")
+    def _addons_active(
+        self, params: JobParams, inputs: Mapping[str, bytes]
+    ) -> contextlib.AbstractContextManager[Any]:
+        """The job's add-ons for the call, eagerly (a compiled graph would skip their hooks);
+        none: the base model. Raises :class:`ModelError` for one this worker cannot serve."""
+        eager = self.compiled.eager() if self.compiled is not None and params.addons else None
         try:
-            return self.addons.activate([(use.name, use.scale) for use in params.addons])
+            return job_addons(self.addons, params, inputs, eager)
         except AddonError as error:
             raise ModelError(str(error)) from error
 
