@@ -19,6 +19,7 @@ import contextlib
 import queue
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -71,6 +72,7 @@ class BatchEngine:
         on_step: StepCallback | None = None,
         time_limit_s: float | None = None,
         mask: bytes | None = None,
+        inputs: Mapping[str, bytes] | None = None,
     ) -> npt.NDArray[np.uint8]:
         """Frames (T, H, W, 3 uint8) for one job, its denoising batched with the other jobs'.
 
@@ -83,15 +85,19 @@ class BatchEngine:
         masked = {"mask": mask} if mask is not None else {}
         if not batchable(animator):  # a stand-in, an SVD checkpoint: one at a time
             with self._solo:
-                frames: npt.NDArray[np.uint8] = animator.animate(image, params, on_step, **masked)
+                extra = {"inputs": inputs} if inputs else {}
+                frames: npt.NDArray[np.uint8] = animator.animate(
+                    image, params, on_step, **masked, **extra
+                )
             return frames
         until = None if time_limit_s is None else time.monotonic() + time_limit_s
         try:
             # Checks (and loads) the add-ons before any step, without entering the context:
             # only the engine thread may switch the U-Net's branches, around its own calls.
-            animator._addons_active(params)
+            animator._addons_active(params, inputs)
             box = crop_input(animator, image, mask, params) if mask is not None else None
             sample = prepare(animator, image, params, **({"box": box} if box else {}))
+            sample.inputs = dict(inputs or {})
         except ModelError:
             raise
         except (RuntimeError, ValueError) as error:
@@ -213,7 +219,7 @@ class BatchEngine:
 
     @staticmethod
     def _addons(sample: Sample) -> contextlib.AbstractContextManager[Any]:
-        return sample.animator._addons_active(sample.params)
+        return sample.animator._addons_active(sample.params, sample.inputs)
 
     @staticmethod
     def _fail(sample: Sample, error: BaseException) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +34,7 @@ class GroupKey:
     model: int  # id() of the animator
     shape: tuple[int, ...]
     passes: int
-    addons: tuple[tuple[str, float], ...]
+    addons: tuple[tuple[str, float, str], ...]  # name, scale, control image's SHA-256
 
 
 @dataclass(eq=False)
@@ -49,6 +50,7 @@ class Sample:
     index: int = 0
     events: queue.Queue[tuple[str, Any]] = field(default_factory=queue.Queue)
     canceled: threading.Event = field(default_factory=threading.Event)
+    inputs: Mapping[str, bytes] = field(default_factory=dict)  # add-ons' control images
 
     @property
     def pipeline(self) -> AnimationPipeline:
@@ -66,7 +68,7 @@ class Sample:
 
     @property
     def key(self) -> GroupKey:
-        uses = tuple((use.name, use.scale) for use in self.params.addons)
+        uses = tuple((u.name, u.scale, u.image_sha256 or "") for u in self.params.addons)
         shape = tuple(self.latents.shape[1:])
         return GroupKey(id(self.animator), shape, self.conditions.passes, uses)
 

@@ -19,7 +19,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -271,7 +271,7 @@ class AddonStore:
         (by name), its branch started now for a ``size`` (width, height) job, beside
         whatever runs before the U-Net needs it. Raises :class:`AddonError` for an add-on it
         cannot load or a control add-on without its image."""
-        deltas, pending = [], []
+        deltas, controls = [], []
         for name, scale in uses:
             addon = self.get(name)
             if addon.control is None:
@@ -280,13 +280,23 @@ class AddonStore:
             image = (images or {}).get(name)
             if image is None or self._controls is None:
                 raise AddonError(f"add-on {name!r} needs its control image, which the job lacks")
-            pending.append((self.runner.start(addon.control, image, *size), scale))
-        stack = contextlib.ExitStack()
-        stack.enter_context(self.branches.activate(deltas))
-        if pending:
-            assert self._controls is not None
-            stack.enter_context(self._controls.activate(pending))
-        return stack
+            controls.append((addon.control, image, scale))
+        # Checked and loaded now; nothing is switched until the context is entered.
+        return self._running(deltas, controls, size)
+
+    @contextlib.contextmanager
+    def _running(
+        self,
+        deltas: list[tuple[dict[str, LowRank], float]],
+        controls: list[tuple[ControlEncoder, bytes, float]],
+        size: tuple[int, int],
+    ) -> Iterator[None]:
+        pending = [(self.runner.start(branch, image, *size), s) for branch, image, s in controls]
+        with self.branches.activate(deltas), contextlib.ExitStack() as stack:
+            if pending:
+                assert self._controls is not None
+                stack.enter_context(self._controls.activate(pending))
+            yield
 
     def close(self) -> None:
         """Stop the background threads (pending loads finish first)."""
@@ -318,7 +328,8 @@ def job_addons(
 ) -> contextlib.AbstractContextManager[Any]:
     """A context manager running one job's add-ons (``params.addons``; the control images
     from the job's ``inputs`` by input name), inside ``eager`` when given; with none, the
-    base model. Raises :class:`AddonError` for an add-on ``store`` cannot serve."""
+    base model. Raises :class:`AddonError` for an add-on ``store`` cannot serve, at once:
+    nothing is switched until the context is entered."""
     if not params.addons:
         return contextlib.nullcontext()
     if store is None:
@@ -328,13 +339,14 @@ def job_addons(
         for use in params.addons
         if control_input(use.name) in inputs
     }
-    stack = contextlib.ExitStack()
-    if eager is not None:
-        stack.enter_context(eager)
-    try:
-        uses = [(use.name, use.scale) for use in params.addons]
-        stack.enter_context(store.activate(uses, images, (params.width, params.height)))
-    except BaseException:
-        stack.close()
-        raise
-    return stack
+    uses = [(use.name, use.scale) for use in params.addons]
+    activation = store.activate(uses, images, (params.width, params.height))
+    return activation if eager is None else _within(eager, activation)
+
+
+@contextlib.contextmanager
+def _within(
+    outer: contextlib.AbstractContextManager[Any], inner: contextlib.AbstractContextManager[Any]
+) -> Iterator[None]:
+    with outer, inner:
+        yield

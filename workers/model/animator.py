@@ -372,7 +372,7 @@ class Animator:
         cached; ``inputs``: as :meth:`animate`'s. Raises :class:`ModelError`."""
         extra = {"features": features} if features is not None else {}
         try:
-            with self._kernels(), self._addons_active(params, inputs or {}):
+            with self._kernels(), self._addons_active(params, inputs):
                 if renders(*pixels.shape[:2]):  # the U-Net at its working size, then render
                     pipe, fill, variant = self.pipeline, self.fill, self.variant
                     return render_job(pipe, fill, pixels, params, variant, on_step)
@@ -393,13 +393,13 @@ class Animator:
         return frames
 
     def _addons_active(
-        self, params: JobParams, inputs: Mapping[str, bytes]
+        self, params: JobParams, inputs: Mapping[str, bytes] | None = None
     ) -> contextlib.AbstractContextManager[Any]:
         """The job's add-ons for the call, eagerly (a compiled graph would skip their hooks);
         none: the base model. Raises :class:`ModelError` for one this worker cannot serve."""
         eager = self.compiled.eager() if self.compiled is not None and params.addons else None
         try:
-            return job_addons(self.addons, params, inputs, eager)
+            return job_addons(self.addons, params, inputs or {}, eager)
         except AddonError as error:
             raise ModelError(str(error)) from error
 
