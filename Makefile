@@ -183,6 +183,19 @@ eval-photos: venv
 bench-fullres: venv
 	ANIMFLEET_TORCH_THREADS=1 $(PY) -m benchmarks.fullres_bench
 
+# The image-conditioned add-on (path: a ControlNet-style branch reading a drawn motion path;
+# resumable, state in run/addons/path): train, export to models/addons/path with its card,
+# evaluate on held-out scenes and paths. bench-control: base job vs the branch run serially,
+# beside the job, and the naive way (load + every step), interleaved, frames compared.
+.PHONY: train-control bench-control
+CONTROL_FLAGS := --steps 1800 --learning-rate 3e-3 --flow-weight 30 --seed 0
+train-control: venv
+	ANIMFLEET_TORCH_THREADS=1 nice -n 10 $(PY) -m tools.training.control_cli train \
+		--run run/addons/path --out models/addons/path $(CONTROL_FLAGS)
+
+bench-control: venv
+	ANIMFLEET_TORCH_THREADS=1 $(PY) -m benchmarks.control_bench
+
 # The shipped model (models/animfleet-small): train in resumable stretches (state in run/train/small;
 # re-running continues), export the EMA weights, evaluate on the held-out clips. The malloc
 # thresholds (4 GiB mmap, 64 GiB trim) keep glibc from returning freed tensor buffers to the OS

@@ -105,18 +105,7 @@ class AddonTrainer:
         ]
         video = torch.stack([s.video for s in samples])
         flows = torch.stack([s.flow for s in samples])
-        generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
-        pools = (self.schedule, self.every)
-        which = torch.rand(cfg.batch_size, generator=generator) < 0.5
-        picks = []
-        for use_schedule in which.tolist():
-            pool = pools[0] if use_schedule else pools[1]
-            index = int(torch.randint(0, len(pool[0]), (1,), generator=generator))
-            picks.append((pool[0][index], pool[1][index], pool[2][index]))
-        timesteps = torch.stack([p[0] for p in picks])
-        a = torch.stack([p[1] for p in picks]).view(-1, 1, 1, 1, 1)
-        s = torch.stack([p[2] for p in picks]).view(-1, 1, 1, 1, 1)
-        noisy = a * video + s * torch.randn(video.shape, generator=generator)
+        noisy, timesteps = noised(video, (self.schedule, self.every), cfg.seed, step)
         with torch.no_grad():
             conditions = self.pipe.condition(
                 video[:, 0], [sample.prompt for sample in samples], cfg.num_frames, FPS
@@ -197,17 +186,49 @@ class AddonTrainer:
             "alpha": str(cfg.alpha),
         }
         save_file(weights, str(directory / WEIGHTS_FILE), metadata=metadata)
-        if (self.run_dir / "loss.png").exists():
-            (directory / "loss.png").write_bytes((self.run_dir / "loss.png").read_bytes())
-        summary = {
-            "steps": self.state.step,
-            "train_seconds": round(self.state.seconds, 1),
-            "parameters": sum(v.numel() for v in weights.values()),
-            "bytes": (directory / WEIGHTS_FILE).stat().st_size,
-            "config": asdict(cfg),
-        }
-        (directory / "training.json").write_text(json.dumps(summary, indent=2) + "\n")
+        write_summary(directory, self.run_dir, self.state, weights, asdict(cfg))
         return directory
+
+
+Levels = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # timesteps, a, s: x = a x0 + s e
+
+
+def noised(
+    video: torch.Tensor, pools: tuple[Levels, Levels], seed: int, step: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``video`` (B, F, C, H, W) noised, and the timesteps (B,): each clip at a level drawn
+    from the first pool (the student's own schedule) or the second (every level), half and
+    half; the draws and the noise fixed by ``seed`` and ``step``."""
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
+    picks = []
+    for use_first in (torch.rand(video.shape[0], generator=generator) < 0.5).tolist():
+        pool = pools[0] if use_first else pools[1]
+        index = int(torch.randint(0, len(pool[0]), (1,), generator=generator))
+        picks.append((pool[0][index], pool[1][index], pool[2][index]))
+    timesteps = torch.stack([p[0] for p in picks])
+    a = torch.stack([p[1] for p in picks]).view(-1, 1, 1, 1, 1)
+    s = torch.stack([p[2] for p in picks]).view(-1, 1, 1, 1, 1)
+    return a * video + s * torch.randn(video.shape, generator=generator), timesteps
+
+
+def write_summary(
+    directory: Path,
+    run_dir: Path,
+    state: RunState,
+    weights: dict[str, torch.Tensor],
+    config: dict[str, Any],
+) -> None:
+    """An exported add-on's ``training.json`` (steps, seconds, size, config) and loss plot."""
+    if (run_dir / "loss.png").exists():
+        (directory / "loss.png").write_bytes((run_dir / "loss.png").read_bytes())
+    summary = {
+        "steps": state.step,
+        "train_seconds": round(state.seconds, 1),
+        "parameters": sum(v.numel() for v in weights.values()),
+        "bytes": (directory / WEIGHTS_FILE).stat().st_size,
+        "config": config,
+    }
+    (directory / "training.json").write_text(json.dumps(summary, indent=2) + "\n")
 
 
 def evaluate_addon(

@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -91,16 +92,27 @@ def write_card(out: Path, training: dict[str, Any], result: dict[str, Any]) -> P
     return path
 
 
-def _threads() -> None:
+def use_threads() -> None:
+    """Torch's intra-op threads: ``ANIMFLEET_TORCH_THREADS``, else one."""
     import torch
 
     torch.set_num_threads(int(os.environ.get("ANIMFLEET_TORCH_THREADS", "0")) or 1)
 
 
+def record_evaluation(
+    out: Path, result: dict[str, Any], card: Callable[[Path, dict[str, Any], dict[str, Any]], Path]
+) -> int:
+    """Write an evaluated add-on's ``eval.json`` and its card (from ``training.json``)."""
+    (out / "eval.json").write_text(json.dumps(result, indent=2) + "\n")
+    card(out, json.loads((out / "training.json").read_text()), result)
+    print(json.dumps(result, indent=2))
+    return 0
+
+
 def train(args: argparse.Namespace) -> int:
     from tools.training.addons import AddonConfig, AddonTrainer
 
-    _threads()
+    use_threads()
     run = Path(args.run)
     fresh = not (run / "config.json").exists()
     config = None
@@ -124,7 +136,7 @@ def train(args: argparse.Namespace) -> int:
 
 
 def evaluate(args: argparse.Namespace) -> int:
-    _threads()
+    use_threads()
     out = Path(args.addon)
     training = json.loads((out / "training.json").read_text())
     return _evaluate(out, Path(training["config"]["base"]), args.clips)
@@ -133,11 +145,7 @@ def evaluate(args: argparse.Namespace) -> int:
 def _evaluate(out: Path, base: Path, clips: int) -> int:
     from tools.training.addons import evaluate_addon
 
-    result = evaluate_addon(out, base, clips=clips)
-    (out / "eval.json").write_text(json.dumps(result, indent=2) + "\n")
-    write_card(out, json.loads((out / "training.json").read_text()), result)
-    print(json.dumps(result, indent=2))
-    return 0
+    return record_evaluation(out, evaluate_addon(out, base, clips=clips), write_card)
 
 
 def main(argv: list[str] | None = None) -> int:
