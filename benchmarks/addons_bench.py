@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     two = base.model_copy(
         update={"addons": (AddonUse(name="shake"), AddonUse(name="pulse", scale=0.8))}
     )
-    pristine = _pristine_frames(image, base, variant)
+    pristine = pristine_frames(image, base, variant)
     arms: dict[str, Callable[[], Any]] = {
         "base": lambda: ours.animate(image, base),
         "ours, 1 add-on": lambda: ours.animate(image, one),
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     return report(times, isolated, pristine, after, naive_after, args)
 
 
-def _pristine_frames(image: bytes, params: JobParams, variant: Variant) -> np.ndarray[Any, Any]:
+def pristine_frames(image: bytes, params: JobParams, variant: Variant) -> np.ndarray[Any, Any]:
     """The base model's frames from a pipeline that never had add-on machinery."""
     pipe: AnimationPipeline = load_pipeline(MODEL, variant)
     frames: np.ndarray[Any, Any] = pipe(
@@ -218,14 +218,9 @@ def _pristine_frames(image: bytes, params: JobParams, variant: Variant) -> np.nd
     return frames
 
 
-def report(
-    times: dict[str, list[float]],
-    isolated: dict[str, tuple[float, float]],
-    pristine: np.ndarray[Any, Any],
-    after: np.ndarray[Any, Any],
-    naive_after: np.ndarray[Any, Any],
-    args: argparse.Namespace,
-) -> int:
+def table(times: dict[str, list[float]]) -> dict[str, float]:
+    """Print each arm's median, its ratio to the base arm's and its paired overhead; returns
+    the medians."""
     median = {name: statistics.median(values) for name, values in times.items()}
     base = median["base"]
     # Overheads from paired rounds (an arm minus the base job of the same round): the machine's
@@ -234,13 +229,26 @@ def report(
         name: statistics.median(a - b for a, b in zip(values, times["base"], strict=True))
         for name, values in times.items()
     }
+    print(f"{'arm':<18} {'median s':>9} {'x base':>7} {'paired overhead ms':>19}")
+    for name, value in median.items():
+        print(f"{name:<18} {value:>9.3f} {value / base:>7.3f} {overhead[name] * 1000:>19.1f}")
+    return median
+
+
+def report(
+    times: dict[str, list[float]],
+    isolated: dict[str, tuple[float, float]],
+    pristine: np.ndarray[Any, Any],
+    after: np.ndarray[Any, Any],
+    naive_after: np.ndarray[Any, Any],
+    args: argparse.Namespace,
+) -> int:
     print(
         f"add-on serving, {args.frames}x{args.size}x{args.size}, served steps, {args.rounds} "
         f"interleaved rounds, {torch.get_num_threads()} thread(s); medians"
     )
-    print(f"{'arm':<18} {'median s':>9} {'x base':>7} {'paired overhead ms':>19}")
-    for name, value in median.items():
-        print(f"{name:<18} {value:>9.3f} {value / base:>7.3f} {overhead[name] * 1000:>19.1f}")
+    median = table(times)
+    base = median["base"]
     print(
         "isolated per-request overheads (the add-on work alone, medians of 50 / 10 repeats; "
         "the paired job times above cannot resolve a few ms):"
