@@ -165,6 +165,8 @@ class Client:
         ``options`` are the optional fields of :class:`dispatcher.inputs.AnimationRequest`
         (frames, fps, width, height, seed, steps, variant, model, addons, webhook_events_filter,
         start_deadline and deadline in seconds from now, metadata, tenant, priority).
+        ``addons``: each ``{"name", "scale"}``, and for an image-conditioned add-on its control
+        ``image`` (bytes), stored with the job's image.
         ``model``: a deployment of the home region or a pinned ``name@version``; the version
         picked is on the record (``params.model_version``), sticky by ``idempotency_key``.
         A job no region can start now waits in its home region's backlog (status ``queued``);

@@ -64,7 +64,8 @@ class Animfleet:
     ) -> Job:
         """Enqueue a job (``options``: mask (a PNG, white animates), frames, fps, size, seed,
         model, webhook, deadline, metadata...); ``model`` is a deployment or a pinned
-        ``name@version``.
+        ``name@version``; ``addons``, each ``{"name", "scale"}`` and, for an image-conditioned
+        one, its control ``image`` (bytes, a file, a URL or an ``inputs/`` key, like ``image``).
         ``wait``: answer once it finished or after that many seconds (at most 60)."""
         headers = {"Idempotency-Key": idempotency_key or _core.new_idempotency_key()}
         if wait:
