@@ -9,11 +9,13 @@ format starts with: ``MAGIC``, the image's length as 8 big-endian bytes, the ima
 
 from __future__ import annotations
 
+from animfleet.errors import PermanentError
+
 MAGIC = b"AFINPUT1"
 _LENGTH = 8
 
 
-class BrokenInput(ValueError):
+class BrokenInput(PermanentError, ValueError):
     """A stored input that starts like a packed one but does not hold what it says."""
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from animfleet.job_input import unpack_input
+from animfleet.job_inputs import JobInputs
 from animfleet.jobs import JobRecord
 from animfleet.region.affinity import DirectQueues, Holdings, announce_prefetch, things_of
 from animfleet.region.backlog import Backlog, BacklogAdmission, BacklogCaps
@@ -62,8 +63,8 @@ class RegionQueue:
         """
         preferred: list[tuple[str, str]] = []
         if self.holdings is not None:
-            # A masked job's stored input packs its mask: the template is the image's alone.
-            things = things_of(unpack_input(image)[0], record.params.addons)
+            # The stored input packs control images and a mask: the template is the image's.
+            things = things_of(unpack_input(JobInputs.unpack(image).image)[0], record.params.addons)
             preferred = [(w, self.direct.queue(w)) for w in self.holdings.candidates(things)]
         answer = self._script(
             record,

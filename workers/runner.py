@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import io
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -64,6 +65,7 @@ class BatchDenoiser(Protocol):
         on_step: StepCallback | None,
         time_limit_s: float | None,
         mask: bytes | None = None,
+        inputs: Mapping[str, bytes] | None = None,
     ) -> npt.NDArray[np.uint8]: ...
 
 
@@ -216,20 +218,18 @@ class JobRunner:
             raise JobFailed("model_unavailable", str(error)) from error
         if mask is not None:  # its template (fitted frame, features) builds in the background
             prefetch(animator, image, mask, params)
-        # Only masked jobs pass a mask: stand-in animators need not know masks.
-        masked = {"mask": mask} if mask is not None else {}
+        # Only masked jobs pass a mask, only jobs with add-ons' control images pass those:
+        # stand-in animators need not know either.
+        extra: dict[str, Any] = {"mask": mask} if mask is not None else {}
+        if inputs.extras:
+            extra["inputs"] = inputs.extras
         started = time.perf_counter()
         try:
-            # Extra images (add-ons' control images) only to jobs that have them: stand-in
-            # animators take none.
-            extra = {"inputs": inputs.extras} if inputs.extras else {}
             if self.batch is None:
-                frames = animator.animate(image, params, on_step, **masked, **extra)
+                frames = animator.animate(image, params, on_step, **extra)
             else:  # a thread pool has no soft time limit of its own: the engine keeps it
                 limit = self.settings.soft_time_limit_s
-                frames = self.batch.animate(
-                    animator, image, params, on_step, limit, **masked, **extra
-                )
+                frames = self.batch.animate(animator, image, params, on_step, limit, **extra)
         except ModelError as error:
             raise JobFailed("model_error", str(error)) from error
         inferred = time.perf_counter()

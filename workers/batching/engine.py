@@ -82,13 +82,12 @@ class BatchEngine:
         prefork worker's soft time limit would end it. With ``mask`` the job's sample is the
         mask's box (its own group), pasted back into the input (:mod:`workers.model.masked`).
         """
-        masked = {"mask": mask} if mask is not None else {}
+        extra: dict[str, Any] = {"mask": mask} if mask is not None else {}
+        if inputs:
+            extra["inputs"] = inputs
         if not batchable(animator):  # a stand-in, an SVD checkpoint: one at a time
             with self._solo:
-                extra = {"inputs": inputs} if inputs else {}
-                frames: npt.NDArray[np.uint8] = animator.animate(
-                    image, params, on_step, **masked, **extra
-                )
+                frames: npt.NDArray[np.uint8] = animator.animate(image, params, on_step, **extra)
             return frames
         until = None if time_limit_s is None else time.monotonic() + time_limit_s
         try:
