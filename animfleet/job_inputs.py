@@ -5,7 +5,8 @@ cleanup of terminal jobs) moves one opaque value, so extra images (an add-on's c
 image, ...) travel inside it rather than under keys of their own. A job with only its image
 stores the image's bytes as they are (the layout from before extra inputs existed); one with
 extra images stores :data:`MAGIC`, a JSON header line naming each part and its length, then
-the parts' bytes in that order.
+the parts' bytes in that order. The image part may itself be a masked input
+(:mod:`animfleet.job_input`: the image and its mask), which this frame carries unchanged.
 """
 
 from __future__ import annotations
