@@ -10,6 +10,7 @@ print nothing else; the worst PSNR seen is asserted, not just that of one job.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -77,7 +78,11 @@ def _jobs(make_image: Callable[..., bytes], count: int) -> list[tuple[bytes, Job
 
 class Staggered:
     """Runs jobs in threads through the engine, each starting once the one before it has run
-    ``join_after`` steps: jobs join a batch already under way."""
+    ``join_after`` steps: jobs join a batch already under way.
+
+    However slow the host, the engine does not run a job past ``join_after`` steps until the
+    next job has reached it (queued or in the batch), so the jobs do share U-Net calls.
+    """
 
     def __init__(self, engine: BatchEngine, animator: Animator, join_after: int = 2) -> None:
         self.engine, self.animator, self.join_after = engine, animator, join_after
@@ -85,11 +90,36 @@ class Staggered:
         self.errors: dict[int, BaseException] = {}
         self.steps: dict[int, list[int]] = {}
 
+    def _hold_for_joiners(self, jobs: list[tuple[bytes, JobParams]]) -> None:
+        """Wrap the engine's step (it runs on the engine thread, which alone takes queued jobs
+        into the batch): wait while a member is due past ``join_after`` and the next job has
+        neither reached the engine nor failed on its way."""
+        engine, step = self.engine, self.engine._step
+        job_of = {params.seed: index for index, (_, params) in enumerate(jobs)}
+        arrived: set[int] = set()
+
+        def held_step(members: list[Sample]) -> None:
+            arrived.update(job_of.get(s.params.seed, -1) for s in engine._active)
+            for sample in members:
+                following = job_of.get(sample.params.seed, -1) + 1
+                if sample.index < self.join_after or following in (0, len(jobs)):
+                    continue
+                deadline = time.monotonic() + 60
+                while following not in arrived and following not in self.errors:
+                    if engine._pending.qsize():  # queued: the next admission takes it
+                        break
+                    assert time.monotonic() < deadline, f"job {following} never reached the engine"
+                    time.sleep(0.001)
+            step(members)
+
+        engine._step = held_step  # type: ignore[method-assign]
+
     def run(
         self,
         jobs: list[tuple[bytes, JobParams]],
         on_step: Callable[[int, int, int], None] | None = None,
     ) -> None:
+        self._hold_for_joiners(jobs)
         threads = []
         for index, (image, params) in enumerate(jobs):
             joined = threading.Event()
