@@ -1,12 +1,11 @@
 """A job's input images as the one blob a region stores for it.
 
 Every path that moves a job's input (admission, the backlog, hand-offs between regions, the
-cleanup of terminal jobs) moves one opaque value, so extra images (an add-on's control
-image, ...) travel inside it rather than under keys of their own. A job with only its image
+cleanup of terminal jobs) moves one opaque value, so extra images (the job's mask, an add-on's
+control image) travel inside it rather than under keys of their own. A job with only its image
 stores the image's bytes as they are (the layout from before extra inputs existed); one with
 extra images stores :data:`MAGIC`, a JSON header line naming each part and its length, then
-the parts' bytes in that order. The image part may itself be a masked input
-(:mod:`animfleet.job_input`: the image and its mask), which this frame carries unchanged.
+the parts' bytes in that order.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ from typing import Any
 from animfleet.errors import PermanentError
 
 MAGIC = b"animfleet-inputs/1\n"
+MASK = "mask"  # the extra holding the job's mask PNG (white animates)
 NAME = re.compile(r"^[a-z][a-z0-9:_-]{0,63}$")
 
 
@@ -29,10 +29,19 @@ class MalformedInputs(PermanentError, ValueError):
 
 @dataclass(frozen=True)
 class JobInputs:
-    """The job's image and its extra images by name (e.g. ``addon:path``)."""
+    """The job's image and its extra images by name (:data:`MASK`, ``addon:<name>``)."""
 
     image: bytes
     extras: Mapping[str, bytes] = field(default_factory=dict)
+
+    @property
+    def mask(self) -> bytes | None:
+        return self.extras.get(MASK)
+
+    @property
+    def controls(self) -> dict[str, bytes]:
+        """The add-ons' control images: every extra but the mask."""
+        return {name: data for name, data in self.extras.items() if name != MASK}
 
     def pack(self) -> bytes:
         """The blob to store; just the image's bytes when there are no extras."""

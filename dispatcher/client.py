@@ -14,8 +14,7 @@ import redis
 import structlog
 
 from animfleet.errors import AnimfleetError, TransientError
-from animfleet.job_input import pack_input
-from animfleet.job_inputs import JobInputs
+from animfleet.job_inputs import MASK, JobInputs
 from animfleet.jobs import (
     IllegalTransition,
     JobRecord,
@@ -203,8 +202,8 @@ class Client:
         home = home_region or self.topology.names[0]
         self.topology.region(home)
         fingerprint = records.fingerprint(image, request, home, mask)
-        # Add-ons' control images ride with the (masked) image in the one value stored.
-        stored = JobInputs(pack_input(image, mask), controls).pack()
+        # The mask and add-ons' control images ride with the image in the one value stored.
+        stored = JobInputs(image, {**({MASK: mask} if mask is not None else {}), **controls}).pack()
         sticky = idempotency_key or job_id or secrets.token_hex(8)
         choice = self.versions.choose(home, request.model, sticky)
         self.addons.check(home, request.addons)
@@ -291,7 +290,7 @@ class Client:
         Returns ``None`` (keys released) when ``target`` is full; raises :class:`_Repeat`
         when a key names a job created before, :class:`BacklogFull` when a cap is reached.
         ``stored``: the image (and mask, and control images) as stored
-        (:class:`animfleet.job_inputs.JobInputs` around :func:`animfleet.job_input.pack_input`).
+        (:class:`animfleet.job_inputs.JobInputs`).
         """
         new_id = job_id or new_job_id(target)
         keys = [f"id:{job_id}"] if job_id else []

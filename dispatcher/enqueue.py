@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from animfleet.job_input import unpack_input
 from animfleet.job_inputs import JobInputs
 from animfleet.jobs import JobRecord
 from animfleet.region.affinity import DirectQueues, Holdings, announce_prefetch, things_of
@@ -64,7 +63,7 @@ class RegionQueue:
         preferred: list[tuple[str, str]] = []
         if self.holdings is not None:
             # The stored input packs control images and a mask: the template is the image's.
-            things = things_of(unpack_input(JobInputs.unpack(image).image)[0], record.params.addons)
+            things = things_of(JobInputs.unpack(image).image, record.params.addons)
             preferred = [(w, self.direct.queue(w)) for w in self.holdings.candidates(things)]
         answer = self._script(
             record,

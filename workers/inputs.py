@@ -13,16 +13,26 @@ from workers.errors import WorkerError
 
 
 class StoredInputError(WorkerError, PermanentError, ValueError):
-    """The stored inputs do not unpack, or lack an image the record names."""
+    """The stored inputs do not unpack, or an image the record names differs from it."""
+
+
+class StoredInputMissing(StoredInputError):
+    """An image the record names (its mask, a control image) is not stored with the job."""
 
 
 def stored_inputs(stored: bytes, params: JobParams) -> JobInputs:
-    """The job's stored inputs, each add-on's control image checked against the SHA-256 its
-    record holds; raises :class:`StoredInputError` when one is missing or differs."""
+    """The job's stored inputs, its mask and each add-on's control image checked against the
+    SHA-256 its record holds; raises :class:`StoredInputError` (:class:`StoredInputMissing`
+    for one that is not there)."""
     try:
         inputs = JobInputs.unpack(stored)
     except MalformedInputs as error:
         raise StoredInputError(str(error)) from None
+    if params.mask is not None:
+        if inputs.mask is None:
+            raise StoredInputMissing("the job's mask is no longer stored")
+        if hashlib.sha256(inputs.mask).hexdigest() != params.mask:
+            raise StoredInputError("mask: the stored mask is not the one submitted")
     for use in params.addons:
         if use.image_sha256 is None:
             continue

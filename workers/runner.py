@@ -16,7 +16,6 @@ from billiard.exceptions import SoftTimeLimitExceeded
 from PIL import Image
 from tenacity import Retrying, retry_if_exception_type, stop_before_delay, wait_random_exponential
 
-from animfleet.job_input import BrokenInput, unpack_input
 from animfleet.jobs import (
     IllegalTransition,
     JobCanceled,
@@ -37,7 +36,7 @@ from workers import metrics as worker_metrics
 from workers.encode import EncodeError, encode_mp4
 from workers.errors import WorkerError
 from workers.heartbeat import Heartbeat
-from workers.inputs import StoredInputError, stored_inputs
+from workers.inputs import StoredInputError, StoredInputMissing, stored_inputs
 from workers.model import Animator, ModelError
 from workers.model.masked import prefetch
 from workers.model.pipeline import StepCallback
@@ -191,11 +190,18 @@ class JobRunner:
             raise JobFailed("input_missing", "the job's input image is no longer stored")
         try:
             inputs = stored_inputs(stored, record.params)
+        except StoredInputMissing as error:
+            raise JobFailed("input_missing", str(error)) from None
         except StoredInputError as error:
             raise JobFailed("input_invalid", str(error)) from None
-        image, mask = unpack_stored(inputs.image, record.params.mask is not None)
+        image, mask = inputs.image, inputs.mask
         params = record.params
         check_decodes(image)
+        if mask is not None:
+            try:
+                check_decodes(mask)
+            except JobFailed as failure:
+                raise JobFailed("input_invalid", f"mask: {failure.message}") from None
 
         def on_step(step: int, total: int) -> None:
             """Record progress; stop the job (raising) if it was canceled or ran past its
@@ -221,8 +227,8 @@ class JobRunner:
         # Only masked jobs pass a mask, only jobs with add-ons' control images pass those:
         # stand-in animators need not know either.
         extra: dict[str, Any] = {"mask": mask} if mask is not None else {}
-        if inputs.extras:
-            extra["inputs"] = inputs.extras
+        if inputs.controls:
+            extra["inputs"] = inputs.controls
         started = time.perf_counter()
         try:
             if self.batch is None:
@@ -373,22 +379,6 @@ class JobRunner:
                 )
         except redis.RedisError as error:  # the job's own outcome is recorded already
             bound.warning("deployment.outcome_unrecorded", version=version, error=str(error))
-
-
-def unpack_stored(stored: bytes, masked: bool) -> tuple[bytes, bytes | None]:
-    """The image and mask of a stored input; a mask the record names must be there."""
-    try:
-        image, mask = unpack_input(stored)
-    except BrokenInput as error:
-        raise JobFailed("input_invalid", f"the stored input is broken: {error}") from None
-    if masked and mask is None:
-        raise JobFailed("input_missing", "the job's mask is no longer stored")
-    if mask is not None:
-        try:
-            check_decodes(mask)
-        except JobFailed as failure:
-            raise JobFailed("input_invalid", f"mask: {failure.message}") from None
-    return image, mask
 
 
 def check_decodes(image: bytes) -> None:

@@ -21,6 +21,8 @@ def test_extra_images_round_trip() -> None:
     back = JobInputs.unpack(blob)
     assert back.image == b"image bytes"
     assert dict(back.extras) == {"addon:path": b"\x00control\n", "mask": b""}
+    assert back.mask == b"" and back.controls == {"addon:path": b"\x00control\n"}
+    assert JobInputs(b"image").mask is None and JobInputs(b"image").controls == {}
 
 
 def test_bad_names_and_lying_headers_are_refused() -> None:

@@ -15,7 +15,8 @@ import pytest
 import redis
 from PIL import Image
 
-from animfleet.job_input import pack_input
+from animfleet.job_inputs import MASK as MASK_PART
+from animfleet.job_inputs import JobInputs
 from animfleet.jobs import JobParams, JobRecord, JobState, new_job_id
 from animfleet.region.jobstore import JobStore
 from animfleet.topology import Region
@@ -25,6 +26,10 @@ from workers.model.animator import prepare_image
 from workers.model.mask import mask_region
 from workers.runner import JobRunner
 from workers.settings import WorkerSettings
+
+
+def _stored(image: bytes, mask: bytes) -> bytes:
+    return JobInputs(image, {MASK_PART: mask}).pack()
 
 
 def _mask() -> bytes:
@@ -69,10 +74,10 @@ def animator(random_model: Path) -> Animator:
 @pytest.fixture
 def run_job(
     redis_client: redis.Redis, tmp_path: Path, animator: Animator
-) -> Callable[[bytes], tuple[JobRecord, Recording]]:
-    def run(stored: bytes) -> tuple[JobRecord, Recording]:
+) -> Callable[..., tuple[JobRecord, Recording]]:
+    def run(stored: bytes, params: JobParams = PARAMS) -> tuple[JobRecord, Recording]:
         store = JobStore(redis_client)
-        record = JobRecord(id=new_job_id("r1"), region="r1", home_region="r1", params=PARAMS)
+        record = JobRecord(id=new_job_id("r1"), region="r1", home_region="r1", params=params)
         store.create(record, stored)
         model = Recording(animator)
         JobRunner(
@@ -89,10 +94,10 @@ def run_job(
 
 
 def test_a_masked_job_gives_the_model_its_mask_and_keeps_the_rest_still(
-    run_job: Callable[[bytes], tuple[JobRecord, Recording]], make_image: Callable[..., bytes]
+    run_job: Callable[..., tuple[JobRecord, Recording]], make_image: Callable[..., bytes]
 ) -> None:
     image = make_image(64, 64, 5)
-    record, model = run_job(pack_input(image, MASK))
+    record, model = run_job(_stored(image, MASK))
     assert record.status is JobState.SUCCEEDED, record.error
     assert record.output is not None and record.output.frames == 4
     [(mask, frames)] = model.calls
@@ -103,7 +108,7 @@ def test_a_masked_job_gives_the_model_its_mask_and_keeps_the_rest_still(
 
 
 def test_a_mask_the_stored_input_lacks_fails_the_job_as_input_missing(
-    run_job: Callable[[bytes], tuple[JobRecord, Recording]], make_image: Callable[..., bytes]
+    run_job: Callable[..., tuple[JobRecord, Recording]], make_image: Callable[..., bytes]
 ) -> None:
     record, model = run_job(make_image(32, 32))
     assert record.status is JobState.FAILED and record.error is not None
@@ -112,8 +117,20 @@ def test_a_mask_the_stored_input_lacks_fails_the_job_as_input_missing(
 
 
 def test_an_undecodable_stored_mask_fails_the_job_as_input_invalid(
-    run_job: Callable[[bytes], tuple[JobRecord, Recording]], make_image: Callable[..., bytes]
+    run_job: Callable[..., tuple[JobRecord, Recording]], make_image: Callable[..., bytes]
 ) -> None:
-    record, _ = run_job(pack_input(make_image(32, 32), MASK[:40]))
+    broken = MASK[:40]
+    params = PARAMS.model_copy(update={"mask": hashlib.sha256(broken).hexdigest()})
+    record, _ = run_job(_stored(make_image(32, 32), broken), params)
     assert record.status is JobState.FAILED and record.error is not None
     assert record.error.code == "input_invalid" and record.error.message.startswith("mask:")
+    assert "cannot be decoded" in record.error.message
+
+
+def test_a_stored_mask_other_than_the_submitted_one_fails_the_job_as_input_invalid(
+    run_job: Callable[..., tuple[JobRecord, Recording]], make_image: Callable[..., bytes]
+) -> None:
+    record, model = run_job(_stored(make_image(32, 32), _mask()[:-1] + b"\x00"))
+    assert record.status is JobState.FAILED and record.error is not None
+    assert record.error.code == "input_invalid" and "not the one submitted" in record.error.message
+    assert model.calls == []
