@@ -39,7 +39,8 @@ from animfleet.jobs import JobParams
 from tools.training.addon_motions import AddonMotion, addon_sample
 from tools.training.metrics import to_uint8
 from workers.model.addons import WEIGHTS_FILE, addons_root
-from workers.model.animator import Animator, Variant, load_pipeline, prepare_image
+from workers.model.animator import Animator
+from workers.model.loading import Variant, load_pipeline, prepare_image
 from workers.model.pipeline import AnimationPipeline
 from workers.model.serving import load_serving
 

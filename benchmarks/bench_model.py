@@ -28,7 +28,7 @@ from benchmarks.attention_bench import attention_report, unet_flops
 from benchmarks.shapes import save_bench_model
 from tools.serving.measure import Config, Result, measure
 from tools.serving.tune import base_variant
-from workers.model.animator import ShapeBucket, serving_choice
+from workers.model.loading import ShapeBucket, serving_choice
 from workers.model.profile import psnr
 from workers.settings import WorkerSettings
 

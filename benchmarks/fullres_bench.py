@@ -33,7 +33,8 @@ from PIL import Image
 from animfleet.jobs import JobParams
 from tools.training.photos import photo_uint8
 from workers.encode import encode_mp4
-from workers.model.animator import Animator, Variant, prepare_image
+from workers.model.animator import Animator
+from workers.model.loading import Variant, prepare_image
 from workers.model.render import outside, predict, render, sampling_grid
 from workers.model.serving import load_serving
 

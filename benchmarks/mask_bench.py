@@ -41,7 +41,8 @@ from animfleet.jobs import JobParams
 from tools.training.data import heldout_sample
 from tools.training.mask_scenes import KINDS, classify_inside, mask_png, scene_mask
 from tools.training.motions import FAMILIES
-from workers.model.animator import Animator, prepare_image
+from workers.model.animator import Animator
+from workers.model.loading import prepare_image
 from workers.model.mask import MaskRegion, mask_region
 from workers.model.masked import size_multiple
 

@@ -22,7 +22,7 @@ from animfleet.region.jobstore import JobStore
 from animfleet.topology import Region
 from storage.local import LocalStore
 from workers.model import Animator
-from workers.model.animator import prepare_image
+from workers.model.loading import prepare_image
 from workers.model.mask import mask_region
 from workers.runner import JobRunner
 from workers.settings import WorkerSettings

@@ -18,8 +18,8 @@ import numpy as np
 import torch
 
 from tools.serving.tune import base_variant
-from workers.model.animator import ShapeBucket, load_pipeline
 from workers.model.aot import AOT_DIR, Manifest, Shape, _inputs, artifact_key, build_packages
+from workers.model.loading import ShapeBucket, load_pipeline
 from workers.model.profile import Choice, choose, device_key
 
 

@@ -20,7 +20,8 @@ from tools.training.data import heldout_sample
 from tools.training.evaluate import EvalSettings
 from tools.training.metrics import to_uint8
 from tools.training.motion_estimate import classify
-from workers.model.animator import Animator, Variant, load_animator
+from workers.model.animator import Animator, load_animator
+from workers.model.loading import Variant
 from workers.model.profile import psnr
 from workers.settings import WorkerSettings
 

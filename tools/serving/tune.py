@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from tools.serving.measure import Config, Result, measure
-from workers.model.animator import ShapeBucket, Variant
+from workers.model.loading import ShapeBucket, Variant
 from workers.model.profile import (
     PSNR_FLOOR_DB,
     Attention,

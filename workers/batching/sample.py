@@ -18,7 +18,8 @@ from typing import Any
 import torch
 
 from animfleet.jobs import JobParams
-from workers.model.animator import Animator, prepare_image
+from workers.model.animator import Animator
+from workers.model.loading import prepare_image
 from workers.model.masked import CropInput
 from workers.model.pipeline import AnimationPipeline, Conditions, check_size
 

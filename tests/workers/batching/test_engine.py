@@ -26,7 +26,8 @@ from workers.batching import BatchEngine
 from workers.batching import engine as engine_module
 from workers.batching.sample import Sample, prepare
 from workers.model import Animator, ModelError
-from workers.model.animator import load_animator, prepare_image
+from workers.model.animator import load_animator
+from workers.model.loading import prepare_image
 from workers.model.profile import psnr
 from workers.settings import WorkerSettings
 

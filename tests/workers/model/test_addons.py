@@ -88,7 +88,7 @@ def _image() -> bytes:
 def test_the_student_serves_its_addons_and_stays_bit_identical_without(
     student: Animator,
 ) -> None:
-    from workers.model.animator import load_pipeline, prepare_image
+    from workers.model.loading import load_pipeline, prepare_image
 
     assert student.addons is not None
     assert {"shake", "pulse", "orbit"} <= set(student.addons.names())

@@ -7,8 +7,8 @@ import torch
 from animfleet.jobs import JobParams
 from animfleet.settings import SettingsError
 from workers.model import Animator, ModelError
-from workers.model.animator import ShapeBucket, Variant
 from workers.model.attention import ContextDedupProcessor
+from workers.model.loading import ShapeBucket, Variant
 from workers.model.pipeline import AnimationPipeline
 from workers.settings import WorkerSettings
 

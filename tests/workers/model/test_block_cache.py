@@ -8,8 +8,8 @@ import torch
 
 from animfleet.jobs import JobParams
 from workers.model import Animator
-from workers.model.animator import Variant
 from workers.model.block_cache import BlockCache, install_block_cache
+from workers.model.loading import Variant
 from workers.model.profile import psnr
 
 from .tiny import tiny_student

@@ -11,7 +11,7 @@ import torch
 
 from animfleet.jobs import JobParams
 from workers.model import Animator
-from workers.model.animator import ShapeBucket, Variant
+from workers.model.loading import ShapeBucket, Variant
 
 from .tiny import tiny_student
 

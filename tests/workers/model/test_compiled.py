@@ -7,8 +7,8 @@ import pytest
 
 from animfleet.jobs import JobParams
 from workers.model import Animator
-from workers.model.animator import ShapeBucket, Variant
 from workers.model.build import CONTEXT_DIM, build_pipeline
+from workers.model.loading import ShapeBucket, Variant
 
 from .tiny import tiny_unet
 

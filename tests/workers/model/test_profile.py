@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from workers.model import Animator
-from workers.model.animator import serving_choice
+from workers.model.loading import serving_choice
 from workers.model.profile import (
     PROFILE_FILE,
     SAFE,

@@ -15,8 +15,9 @@ from PIL import Image
 
 from animfleet.jobs import JobParams
 from animfleet.models import SHIPPED_STUDENT_DIR
-from workers.model.animator import Animator, Variant, load_pipeline, prepare_image
+from workers.model.animator import Animator
 from workers.model.fill import EdgeFill
+from workers.model.loading import Variant, load_pipeline, prepare_image
 from workers.model.render import (
     WorkingClip,
     downsample,

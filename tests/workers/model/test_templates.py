@@ -17,7 +17,7 @@ from PIL import Image
 
 from animfleet.jobs import JobParams
 from workers.model import Animator, ModelError
-from workers.model.animator import prepare_image
+from workers.model.loading import prepare_image
 from workers.model.mask import composite, mask_region
 from workers.model.pipeline import pixels_of
 from workers.model.templates import TemplateCache
