@@ -57,8 +57,9 @@ def user_error(error: BaseException) -> tuple[str, int] | None:
     from animfleet.region.jobstore import JobNotFound
     from animfleet.settings import SettingsError
     from dispatcher.admission import AtCapacity, BacklogFull
-    from dispatcher.client import EnqueueFailed, WaitTimeout
+    from dispatcher.client import EnqueueFailed
     from dispatcher.inputs import InvalidInput
+    from dispatcher.lookup import WaitTimeout
 
     if isinstance(error, SettingsError):  # names each bad variable and its value
         return " ".join(line.strip() for line in str(error).splitlines()), EX_CONFIG

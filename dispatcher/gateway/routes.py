@@ -13,7 +13,7 @@ from animfleet.jobs import JobRecord
 from animfleet.jobview import JobView, job_view
 from animfleet.region.jobstore import IdempotencyConflict
 from animfleet.region.status import RegionStatus
-from dispatcher.client import JobHandle, WaitTimeout
+from dispatcher.client import JobHandle
 from dispatcher.gateway import scoping
 from dispatcher.gateway.auth import Caller, CallerDep
 from dispatcher.gateway.errors import ApiError, as_api_error
@@ -30,6 +30,7 @@ from dispatcher.gateway.schemas import (
     RegionView,
     Replayed,
 )
+from dispatcher.lookup import WaitTimeout
 
 PREFER_WAIT = re.compile(r"(?:^|[,;\s])wait(?:=(\d{1,6}))?(?:$|[,;\s])")
 RETRY_AFTER = {"Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}}
