@@ -127,56 +127,6 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_model_init(args: argparse.Namespace) -> int:
-    from workers.model.build import init_model
-
-    path = init_model(args.directory, seed=args.seed)
-    print(f"wrote a random-weight pipeline to {path}")
-    return 0
-
-
-def cmd_model_tune(args: argparse.Namespace) -> int:
-    from tools.serving.cli import run_tune
-
-    return run_tune(args)
-
-
-def cmd_model_compile(args: argparse.Namespace) -> int:
-    from tools.serving.cli import run_compile
-
-    return run_compile(args)
-
-
-def cmd_train_fill(args: argparse.Namespace) -> int:
-    from tools.training.fill_cli import train_fill
-
-    return train_fill(args)
-
-
-def cmd_train(args: argparse.Namespace) -> int:
-    from tools.training.cli import train
-
-    return train(args)
-
-
-def cmd_distill(args: argparse.Namespace) -> int:
-    from tools.training.cli import distill
-
-    return distill(args)
-
-
-def cmd_eval(args: argparse.Namespace) -> int:
-    from tools.training.cli import evaluate
-
-    return evaluate(args)
-
-
-def cmd_slim(args: argparse.Namespace) -> int:
-    from tools.training.cli import slim
-
-    return slim(args)
-
-
 def cmd_submit(args: argparse.Namespace) -> int:
     topology = _topology(args)  # a bad fleet file or region fails before the slow imports
     if args.region is not None:
@@ -313,16 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
     # the parser runs on every command, --help included.
     from tools.deploy_cli import add_deploy_commands
     from tools.keys import add_keys_commands
-    from tools.registry_cli import add_registry_commands
-    from tools.serving.cli import add_compile_arguments, add_tune_arguments
+    from tools.model_cli import add_model_commands
     from tools.sim.cli import add_commands as add_simulation_commands
-    from tools.training.cli import (
-        add_distill_arguments,
-        add_eval_arguments,
-        add_slim_arguments,
-        add_train_arguments,
-    )
-    from tools.training.fill_cli import add_arguments as add_fill_arguments
 
     parser = _Parser(
         prog="animfleet", description="Run the fleet's processes and its offline tools."
@@ -373,48 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     scheduler.set_defaults(func=cmd_scheduler)
 
-    model = sub.add_parser("model", help="model files").add_subparsers(
-        dest="action", required=True, metavar="ACTION"
-    )
-    init = model.add_parser("init", help="write a random-weight pipeline directory")
-    init.add_argument("directory", help="where to write it")
-    init.add_argument("--seed", type=int, default=0, help="seed of the random weights")
-    init.set_defaults(func=cmd_model_init)
-    tune = model.add_parser(
-        "tune", help="measure serving configurations; write the fastest correct as the profile"
-    )
-    add_tune_arguments(tune)
-    tune.set_defaults(func=cmd_model_tune)
-    aot = model.add_parser("compile", help="build ahead-of-time U-Net packages per shape bucket")
-    add_compile_arguments(aot)
-    aot.set_defaults(func=cmd_model_compile)
-    add_registry_commands(model)  # push, list, show
-
-    train = sub.add_parser("train", help="train the small model (resumable; state in --run)")
-    add_train_arguments(train)
-    train.set_defaults(func=cmd_train)
-
-    train_fill = sub.add_parser(
-        "train-fill", help="train the edge fill for full-size rendering (resumable)"
-    )
-    add_fill_arguments(train_fill)
-    train_fill.set_defaults(func=cmd_train_fill)
-
-    distill = sub.add_parser(
-        "distill", help="distil the teacher into a one-pass, 8-step student (resumable)"
-    )
-    add_distill_arguments(distill)
-    distill.set_defaults(func=cmd_distill)
-
-    evaluate = sub.add_parser("eval", help="evaluate a model directory on the held-out clips")
-    add_eval_arguments(evaluate)
-    evaluate.set_defaults(func=cmd_eval)
-
-    slim = sub.add_parser(
-        "slim", help="PCA-slim the served student: widths from its weights, then distil"
-    )
-    add_slim_arguments(slim)
-    slim.set_defaults(func=cmd_slim)
+    add_model_commands(sub)  # model init|tune|compile|push|list|show, train, distill, eval, ...
 
     submit = sub.add_parser("submit", help="submit an image to the fleet; prints the job id")
     submit.add_argument("image", help="PNG, JPEG or WebP file")
