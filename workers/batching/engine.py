@@ -109,7 +109,7 @@ class BatchEngine:
             raise
         try:
             with torch.inference_mode():
-                frames = sample.pipeline.decode(latents)
+                frames = sample.pipeline.decode(latents, first_frame=sample.image)
             return frames if box is None else paste(frames, box.frame, box.region)
         except (RuntimeError, ValueError) as error:
             raise ModelError(f"{type(error).__name__}: {error}") from error

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import torch
 
 from animfleet.jobs import JobParams
@@ -52,6 +54,7 @@ class Sample:
     events: queue.Queue[tuple[str, Any]] = field(default_factory=queue.Queue)
     canceled: threading.Event = field(default_factory=threading.Event)
     inputs: Mapping[str, bytes] = field(default_factory=dict)  # add-ons' control images
+    image: npt.NDArray[np.uint8] | None = None  # the fitted input: frame 0 of the output
 
     @property
     def pipeline(self) -> AnimationPipeline:
@@ -121,7 +124,7 @@ def prepare(
         scheduler = type(pipe.scheduler).from_config(pipe.scheduler.config)
         scheduler.set_timesteps(params.steps or variant.steps, device=device)
         latents = noise.float() * scheduler.init_noise_sigma
-    return Sample(animator, params, conditions, guidance, scheduler, latents)
+    return Sample(animator, params, conditions, guidance, scheduler, latents, image=pixels_np)
 
 
 def batchable(animator: Animator) -> bool:
