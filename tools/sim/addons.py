@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import heapq
-import json
 import random
 import sys
 from collections import OrderedDict, deque
@@ -123,10 +122,13 @@ def simulate(world: AddonWorld, policy: str, load: float, seed: int = 0) -> Outc
     )
 
 
+LABELS = {"any": "any", "aware": "aware"}
+
+
 def plot(outcomes: list[Outcome], path: Path) -> Path:
     from tools.sim.plots import plot_cache_placement
 
-    return plot_cache_placement(outcomes, {"any": "any", "aware": "aware"}, "add-on", path)
+    return plot_cache_placement(outcomes, LABELS, "add-on", path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,15 +144,10 @@ def main(argv: list[str] | None = None) -> int:
         for load in args.loads.split(",")
         for policy in ("any", "aware")
     ]
-    print(f"{'load':>5} {'policy':<6} {'hit rate':>8} {'mean s':>7} {'p95 s':>7}")
-    for o in outcomes:
-        print(
-            f"{o.load:>5.2f} {o.policy:<6} {o.hit_rate:>8.1%} {o.mean_latency_s:>7.2f} "
-            f"{o.p95_latency_s:>7.2f}"
-        )
-    report = {"world": asdict(world), "outcomes": [asdict(o) for o in outcomes]}
-    (out / "addons.json").write_text(json.dumps(report, indent=2) + "\n")
-    print(f"plot: {plot(outcomes, out / 'addons.png')}")
+    from tools.sim.plots import report_cache_placement
+
+    document = {"world": asdict(world), "outcomes": [asdict(o) for o in outcomes]}
+    report_cache_placement(outcomes, LABELS, "add-on", out, "addons", document)
     return 0
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import matplotlib
 
@@ -127,6 +128,8 @@ class CacheOutcome(Protocol):
     def hit_rate(self) -> float: ...
     @property
     def mean_latency_s(self) -> float: ...
+    @property
+    def p95_latency_s(self) -> float: ...
 
 
 def plot_cache_placement(
@@ -147,4 +150,30 @@ def plot_cache_placement(
     figure.tight_layout()
     figure.savefig(path)
     plt.close(figure)
+    return path
+
+
+def report_cache_placement(
+    outcomes: Sequence[CacheOutcome],
+    labels: dict[str, str],
+    thing: str,
+    out: Path,
+    name: str,
+    document: dict[str, Any],
+) -> Path:
+    """Print the policies' table (mean latency against the first policy of ``labels`` at the
+    same load), write ``document`` to ``<out>/<name>.json`` and the plot to ``<name>.png``."""
+    baseline = next(iter(labels))
+    by = {(o.load, o.policy): o for o in outcomes}
+    header = ("load", "policy", "hit rate", "mean s", "p95 s", f"mean vs {baseline}")
+    print("{:>5} {:<8} {:>8} {:>7} {:>7} {:>16}".format(*header))
+    for o in outcomes:
+        ratio = o.mean_latency_s / by[(o.load, baseline)].mean_latency_s
+        print(
+            f"{o.load:>5.2f} {o.policy:<8} {o.hit_rate:>8.1%} {o.mean_latency_s:>7.2f} "
+            f"{o.p95_latency_s:>7.2f} {ratio:>15.2f}x"
+        )
+    (out / f"{name}.json").write_text(json.dumps(document, indent=2) + "\n")
+    path = plot_cache_placement(outcomes, labels, thing, out / f"{name}.png")
+    print(f"plot: {path}")
     return path

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import heapq
-import json
 import random
 import sys
 from collections import OrderedDict, deque
@@ -155,15 +154,13 @@ def simulate(world: TemplateWorld, policy: str, load: float, seed: int = 0) -> O
     )
 
 
+LABELS = {"compute": "compute only", "cache": "compute + cache", "fleet": "animfleet"}
+
+
 def plot(outcomes: list[Outcome], path: Path) -> Path:
     from tools.sim.plots import plot_cache_placement
 
-    return plot_cache_placement(
-        outcomes,
-        {"compute": "compute only", "cache": "compute + cache", "fleet": "animfleet"},
-        "template",
-        path,
-    )
+    return plot_cache_placement(outcomes, LABELS, "template", path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,18 +177,10 @@ def main(argv: list[str] | None = None) -> int:
         for load in args.loads.split(",")
         for policy in POLICIES
     ]
-    by = {(o.load, o.policy): o for o in outcomes}
-    header = ("load", "policy", "hit rate", "mean s", "p95 s", "mean vs compute")
-    print("{:>5} {:<8} {:>8} {:>7} {:>7} {:>16}".format(*header))
-    for o in outcomes:
-        ratio = o.mean_latency_s / by[(o.load, "compute")].mean_latency_s
-        print(
-            f"{o.load:>5.2f} {o.policy:<8} {o.hit_rate:>8.1%} {o.mean_latency_s:>7.2f} "
-            f"{o.p95_latency_s:>7.2f} {ratio:>15.2f}x"
-        )
-    report = {"world": asdict(world), "outcomes": [asdict(o) for o in outcomes]}
-    (out / "templates.json").write_text(json.dumps(report, indent=2) + "\n")
-    print(f"plot: {plot(outcomes, out / 'templates.png')}")
+    from tools.sim.plots import report_cache_placement
+
+    document = {"world": asdict(world), "outcomes": [asdict(o) for o in outcomes]}
+    report_cache_placement(outcomes, LABELS, "template", out, "templates", document)
     return 0
 
 

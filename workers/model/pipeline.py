@@ -265,7 +265,7 @@ class AnimationPipeline(DiffusionPipeline):
         """Frames (T, H, W, 3 uint8) of clean latents; with ``first_frame`` (the input image),
         frame 0 is that image exactly. The model warps frame 0 by a zero global motion, but
         its local flow and residual blur what little there is in a dark, sparse picture (a
-        star field lost its first frame: SSIM 0.41)."""
+        star field: tests/workers/model/test_first_frame.py fails without the pin)."""
         # NaN would become black frames in the uint8 cast below: fail the job instead.
         if not bool(torch.isfinite(latents).all()):
             raise ValueError("the denoiser produced non-finite latents (NaN or inf)")
