@@ -28,9 +28,8 @@ from benchmarks.attention_bench import attention_report, unet_flops
 from benchmarks.shapes import save_bench_model
 from tools.serving.measure import Config, Result, measure
 from tools.serving.tune import base_variant
-from workers.model.loading import ShapeBucket, serving_choice
-from workers.model.profile import psnr
-from workers.settings import WorkerSettings
+from workers.model.loading import ShapeBucket
+from workers.model.profile import choose, device_key, psnr
 
 
 @dataclass(frozen=True)
@@ -53,7 +52,8 @@ def _config(label: str, model: Path, steps: int, **changes: object) -> Config:
 
 def served_rows(teacher: Path, student: Path) -> tuple[list[Row], list[Row]]:
     """(cumulative rows ending at the served configuration, variants not served)."""
-    served = serving_choice(WorkerSettings(model_dir=student, device=DEVICE), student)[0]
+    served, why = choose(student, device_key(DEVICE))
+    print(f"served configuration on {device_key(DEVICE)}: {served.label()} ({why})")
     steps = base_variant(student).steps
     tuned = {"precision": served.precision, "context_dedup": served.context_dedup}
     tuned_label = served.precision + (", compiled" if served.compile else ", eager")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import struct
 import zlib
 from collections.abc import Callable, Iterator
@@ -14,6 +15,11 @@ import redis
 from PIL import Image
 
 from tools.localfleet import LocalFleet
+
+# Tests serve models nobody profiled (tiny and random ones, the shipped ones on another CPU
+# kind): their workers serve the safe choice instead of measuring at boot, unless a test asks
+# for it (tests/workers/model/test_boot_tune.py). Worker processes inherit this.
+os.environ.setdefault("ANIMFLEET_WORKER_BOOT_TUNE_S", "0")
 
 
 @pytest.fixture(scope="session")

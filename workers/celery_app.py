@@ -197,6 +197,7 @@ def load_model(**_: Any) -> None:
     from workers.heartbeat import Heartbeat
     from workers.model import Animator
     from workers.model.animator import load_animator
+    from workers.model.boot_tune import SharedProfiles
     from workers.prefetch import PrefetchListener, held_things
     from workers.runner import JobRunner
     from workers.versions import (
@@ -211,17 +212,19 @@ def load_model(**_: Any) -> None:
     region, settings = process.context()
     if settings.batch > 1:  # compiled graphs are traced for one video: serve eagerly
         settings = settings.model_copy(update={"compile": False})
-    animator = load_animator(settings)  # compiles and warms up if configured
+    objects = open_store(region.storage)
+    # A device kind the profile lacks is measured once per region: peers read the entry.
+    shared = SharedProfiles(objects)
+    animator = load_animator(settings, shared)  # compiles and warms up if configured
     worker_name = settings.name or f"{socket.gethostname()}-{os.getpid()}"
     store = JobStore.from_url(region.broker_url)
-    objects = open_store(region.storage)
 
     def load_version(ref: str) -> Animator:
         try:
             path = fetch_version(ref, region, store.redis, objects, settings.model_cache)
         except StorageError as error:  # unreachable, or files that do not match their hash
             raise VersionUnavailable(f"{ref}: {error}") from error
-        return load_animator(settings.model_copy(update={"model_dir": path}))
+        return load_animator(settings.model_copy(update={"model_dir": path}), shared)
 
     label = own_version(resolve_model(settings.model_dir), animator.variant.name)
     shelf = ModelShelf(animator, label, load_version, settings.max_models)

@@ -56,6 +56,15 @@ class WorkerSettings(EnvSettings):
     # (serving_profile.json, written by `animfleet model tune`), else the safe choice: fp32,
     # eager, de-dup, torch's attention kernel. A value set here overrides the profile.
     profile: bool = True
+    # The device kind profiles are keyed by; None: detected (cpu:<ISA>[+bf16][+amx] or
+    # cuda:<name>). Set it to group hosts by hand (or, in tests, to be a kind nobody profiled).
+    device_kind: str | None = Field(default=None, pattern=r"^[\w:+. ()-]{1,80}$")
+    # A kind with no profile entry is measured at boot for up to this long (seconds; 0: serve
+    # the safe choice instead), unless a worker of its kind already stored its entry in the
+    # region's bucket. Checked between loads and rounds: a compile in progress finishes.
+    boot_tune_s: float = Field(default=180.0, ge=0)
+    # Whether compiled candidates are measured at boot too (torch.compile: the slow part).
+    boot_tune_compile: bool = True
     # Where the model runs: "cpu", or "cuda" / "cuda:N" on a GPU host.
     device: str = Field(default="cpu", pattern=r"^(cpu|cuda(:\d+)?)$")
     precision: Literal["bf16", "fp32"] | None = None

@@ -23,6 +23,7 @@ from workers.errors import WorkerError
 from workers.model.addons import AddonError, AddonStore, job_addons, open_addons
 from workers.model.aot import AOTDenoiser, load_packages
 from workers.model.block_cache import BlockCache, install_block_cache
+from workers.model.boot_tune import SharedProfiles, measure
 from workers.model.compiled import CompiledModules, compile_modules
 from workers.model.loading import (
     ShapeBucket,
@@ -30,11 +31,15 @@ from workers.model.loading import (
     load_pipeline,
     prepare_image,
     serving_choice,
+    with_overrides,
 )
 from workers.model.masked import animate_masked, encoder, regionizer, whole_frame
 from workers.model.pipeline import StepCallback, describe
 from workers.model.profile import (
     PSNR_FLOOR_DB,
+    SAFE,
+    Choice,
+    device_key,
     psnr,
 )
 from workers.model.render import load_fill, render_job, renders
@@ -140,14 +145,62 @@ class Animator:
         return sorted(name + suffix for name in self.compiled.modules)
 
     @classmethod
-    def from_settings(cls, settings: WorkerSettings) -> Animator:
+    def from_settings(
+        cls, settings: WorkerSettings, shared: SharedProfiles | None = None
+    ) -> Animator:
         """The worker's model as its settings and serving profile say; compiled, warmed up and
-        verified if they ask for it."""
+        verified if they ask for it. A device kind the profile lacks is measured at boot
+        (:mod:`workers.model.boot_tune`), or read from ``shared`` where a peer measured it."""
         buckets = [ShapeBucket.parse(b) for b in settings.shape_buckets.split(",") if b.strip()]
         model_dir = resolve_model(settings.model_dir)
+        kind = settings.device_kind or device_key(settings.device)
+        profiled, source = serving_choice(settings, model_dir, kind)
+
+        # A profile's compile means its AOT packages (compiling at boot takes minutes on a CPU)
+        # unless the environment asks for torch.compile, or the choice was measured compiled
+        # at boot on this kind (no packages exist for a kind nobody profiled).
+        jit = settings.compile is True
+
+        def build(choice: Choice) -> Animator:
+            animator = cls._build(settings, model_dir, choice, buckets, jit or choice.compile)
+            if animator.compiled is not None:
+                animator.warm_up(buckets)
+            return animator
+
+        if profiled is None and settings.profile and settings.boot_tune_s > 0 and buckets:
+            entry = shared.read(model_dir, kind) if shared else None
+            if entry is not None:
+                profiled, source = entry.chosen, f"measured by a peer of kind {kind} ({entry.note})"
+                jit = jit or entry.chosen.compile
+            else:
+                budget, compiled = settings.boot_tune_s, settings.boot_tune_compile
+                found = measure(model_dir, kind, build, buckets[0], budget, compiled)
+                if shared:
+                    shared.write(model_dir, found.entry)
+                source = f"no profile entry for {kind}: {found.entry.note}"
+                choice, source = with_overrides(settings, found.entry.chosen, source)
+                if choice == found.entry.chosen:  # serve the candidate already loaded
+                    found.chosen.info.update(serving=choice.label(), serving_source=source)
+                    return found.chosen
+                profiled = found.entry.chosen
+        choice, source = with_overrides(settings, profiled or SAFE, source)
+        animator = cls._build(settings, model_dir, choice, buckets, jit)
+        if animator.compiled is not None:
+            animator.warm_up(buckets)
+        animator.info.update(serving=choice.label(), serving_source=source)
+        return animator
+
+    @classmethod
+    def _build(
+        cls,
+        settings: WorkerSettings,
+        model_dir: Path,
+        choice: Choice,
+        buckets: list[ShapeBucket],
+        jit: bool,
+    ) -> Animator:
         serving = load_serving(model_dir)
         trained = serving.guidance_range
-        choice, source = serving_choice(settings, model_dir)
         variant = Variant(
             name=model_dir.name,
             steps=settings.steps or serving.steps or Variant.steps,
@@ -160,7 +213,7 @@ class Animator:
             attention=choice.attention,
             block_cache=settings.block_cache,
         )
-        animator = cls(
+        return cls(
             model_dir,
             variant,
             compile=choice.compile,
@@ -169,15 +222,9 @@ class Animator:
             aot=settings.aot,
             verify_psnr_db=settings.verify_psnr_db,
             device=settings.device,
-            # A profile's compile means its AOT packages; compiling at boot (minutes on a CPU)
-            # only when the environment asks for it.
-            jit=settings.compile is True,
+            jit=jit,
             template_bytes=settings.template_cache_mb * 2**20,
         )
-        animator.info.update(serving=choice.label(), serving_source=source)
-        if animator.compiled is not None:
-            animator.warm_up(buckets)
-        return animator
 
     def warm_up(self, buckets: Sequence[ShapeBucket]) -> float:
         """Run each bucket once (compiling it) and check the frames against the eager model's;
@@ -187,17 +234,17 @@ class Animator:
         self.info["verified_psnr_db"] = {}
         for bucket in buckets:
             try:
-                frames = self._run_bucket(bucket)
+                frames = self.card_video(bucket)
             except Exception as error:
                 if self.compiled is None:
                     raise
                 log.error("model.compile_failed falling back to eager: %s", error)
                 self._serve_eagerly()
-                self._run_bucket(bucket)
+                self.card_video(bucket)
                 continue
             if self.compiled is not None:
                 with self.compiled.eager():
-                    reference = self._run_bucket(bucket)
+                    reference = self.card_video(bucket)
                 quality = psnr(frames, reference)
                 self.info["verified_psnr_db"][_bucket_name(bucket)] = round(quality, 1)
                 if quality < self.verify_psnr_db:
@@ -220,7 +267,7 @@ class Animator:
         self.compiled = None
         self.info["compiled"] = []
 
-    def _run_bucket(self, bucket: ShapeBucket) -> npt.NDArray[np.uint8]:
+    def card_video(self, bucket: ShapeBucket) -> npt.NDArray[np.uint8]:
         """One video of the bucket at the served step count, on a test card."""
         y, x = np.mgrid[0 : bucket.height, 0 : bucket.width]
         card = np.stack([x * 255 // bucket.width, y * 255 // bucket.height, (x ^ y) & 255], -1)
@@ -324,7 +371,7 @@ def _bucket_name(bucket: ShapeBucket) -> str:
     return f"{bucket.frames}x{bucket.height}x{bucket.width}"
 
 
-def load_animator(settings: WorkerSettings) -> Animator:
+def load_animator(settings: WorkerSettings, shared: SharedProfiles | None = None) -> Animator:
     """The animator the worker serves: ``settings.animator`` ("module:Class", a subclass of
     :class:`Animator` built by its ``from_settings``) when set, else the diffusers pipeline.
 
@@ -332,7 +379,7 @@ def load_animator(settings: WorkerSettings) -> Animator:
     run a stand-in that only holds time (``tests/fixtures/standin.py``).
     """
     if settings.animator is None:
-        return Animator.from_settings(settings)
+        return Animator.from_settings(settings, shared)
     module_name, _, attribute = settings.animator.partition(":")
     try:
         factory = getattr(importlib.import_module(module_name), attribute)

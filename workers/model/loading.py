@@ -19,7 +19,7 @@ from transformers.utils import logging as transformers_logging
 
 from workers.model.attention import install_context_dedup
 from workers.model.pipeline import AnimationPipeline
-from workers.model.profile import SAFE, Attention, Choice, Precision, choose, device_key
+from workers.model.profile import SAFE, Attention, Choice, Precision, lookup
 from workers.model.schedulers import make_scheduler
 from workers.model.svd import SVD_CLASS, SVDAnimation, pipeline_class_name
 from workers.settings import WorkerSettings
@@ -106,14 +106,19 @@ def load_pipeline(model_dir: str | Path, variant: Variant) -> Any:
     return pipe
 
 
-def serving_choice(settings: WorkerSettings, model_dir: Path) -> tuple[Choice, str]:
-    """How to run the U-Net: the serving profile's pick for this device (or the safe choice,
-    and why), with any of precision, compile, context de-dup and attention that the
-    environment sets explicitly on top."""
-    if settings.profile:
-        choice, source = choose(model_dir, device_key(settings.device))
-    else:
-        choice, source = SAFE, "profiles off (ANIMFLEET_WORKER_PROFILE=0); serving the safe choice"
+def serving_choice(
+    settings: WorkerSettings, model_dir: Path, kind: str
+) -> tuple[Choice | None, str]:
+    """The serving profile's pick for device ``kind`` and where it came from; None (and why)
+    when the profile has no valid entry for it, or profiles are off."""
+    if not settings.profile:
+        return SAFE, "profiles off (ANIMFLEET_WORKER_PROFILE=0); serving the safe choice"
+    return lookup(model_dir, kind)
+
+
+def with_overrides(settings: WorkerSettings, choice: Choice, source: str) -> tuple[Choice, str]:
+    """``choice`` with any of precision, compile, context de-dup and attention that the
+    environment sets explicitly on top; logged, as the worker serves it."""
     fields = ("precision", "compile", "context_dedup", "attention")
     overrides = {name: getattr(settings, name) for name in fields}
     overrides = {name: value for name, value in overrides.items() if value is not None}

@@ -3,8 +3,9 @@
 ``animfleet model tune`` times every combination of precision, compilation, context de-dup and
 attention backend on the worker's shape buckets, rejects those whose frames differ from the fp32
 eager reference by more than the floor, and records the winner per device. A worker serves the
-entry for its device; without one (no file, another device, other weights) it serves
-:data:`SAFE` and says why. Settings set explicitly in the environment still win.
+entry for its device; without one (no file, another device, other weights) it measures one at
+boot (:mod:`workers.model.boot_tune`) or, with measuring off, serves :data:`SAFE` and says why.
+Settings set explicitly in the environment still win.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ class DeviceProfile(BaseModel):
     floor_db: float = PSNR_FLOOR_DB
     chosen: Choice
     measured: list[Measurement] = Field(default_factory=list)
+    note: str = ""  # how it was measured (e.g. by a worker at boot, within its budget)
 
 
 class ServingProfile(BaseModel):
@@ -131,25 +133,31 @@ def save_profile(model_dir: Path, entry: DeviceProfile) -> Path:
     return path
 
 
-def choose(model_dir: Path, device: str) -> tuple[Choice, str]:
-    """The profile's choice for ``device`` and where it came from, else :data:`SAFE` and why."""
+def lookup(model_dir: Path, device: str) -> tuple[Choice | None, str]:
+    """The profile's choice for ``device`` and where it came from; None and why when there is
+    no valid entry (no file, an unreadable one, another device's, other weights)."""
     try:
         profile = load_profile(model_dir)
     except ValueError as error:
-        return SAFE, f"unreadable profile ({error}); serving the safe choice"
+        return None, f"unreadable profile ({error})"
     if profile is None:
-        return SAFE, f"no {PROFILE_FILE} beside the model; serving the safe choice"
+        return None, f"no {PROFILE_FILE} beside the model"
     entry = profile.devices.get(device)
     if entry is None:
         known = ", ".join(sorted(profile.devices)) or "none"
-        return (
-            SAFE,
-            f"no profile for device {device!r} (profiled: {known}); serving the safe choice",
-        )
+        return None, f"no profile for device {device!r} (profiled: {known})"
     weights = weights_hash(model_dir)
     if entry.weights != weights:
-        return SAFE, f"profile measured weights {entry.weights}, these are {weights}; safe choice"
+        return None, f"profile measured weights {entry.weights}, these are {weights}"
     return entry.chosen, f"profile for {device} (torch {entry.torch}, floor {entry.floor_db} dB)"
+
+
+def choose(model_dir: Path, device: str) -> tuple[Choice, str]:
+    """The profile's choice for ``device`` and where it came from, else :data:`SAFE` and why."""
+    choice, source = lookup(model_dir, device)
+    if choice is None:
+        return SAFE, f"{source}; serving the safe choice"
+    return choice, source
 
 
 def psnr(a: npt.NDArray[np.uint8], b: npt.NDArray[np.uint8]) -> float:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from workers.model import Animator
-from workers.model.loading import serving_choice
+from workers.model.loading import serving_choice, with_overrides
 from workers.model.profile import (
     PROFILE_FILE,
     SAFE,
@@ -75,12 +75,12 @@ def test_worker_serves_the_profile_and_the_environment_overrides_it(student: Pat
     override = WorkerSettings.from_env(
         {"ANIMFLEET_MODEL_DIR": str(student), "ANIMFLEET_WORKER_PRECISION": "fp32"}
     )
-    choice, why = serving_choice(override, student)
+    choice, why = with_overrides(override, Choice(precision="bf16"), "profile")
     assert choice.precision == "fp32" and "environment" in why
     off = WorkerSettings.from_env(
         {"ANIMFLEET_MODEL_DIR": str(student), "ANIMFLEET_WORKER_PROFILE": "0"}
     )
-    assert serving_choice(off, student)[0] == SAFE
+    assert serving_choice(off, student, CPU)[0] == SAFE
     (student / PROFILE_FILE).unlink()
 
 
