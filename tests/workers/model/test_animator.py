@@ -55,6 +55,7 @@ def test_settings_choose_precision_scheduler_and_attention(random_model: Path) -
             "ANIMFLEET_WORKER_SCHEDULER": "ddim",
             "ANIMFLEET_WORKER_CONTEXT_DEDUP": "0",
             "ANIMFLEET_WORKER_SHAPE_BUCKETS": "8x64x64,16x32x48",
+            "ANIMFLEET_WORKER_BOOT_TUNE_S": "0",  # no profile: serve what the settings say
         }
     )
     animator = Animator.from_settings(settings)

@@ -49,7 +49,11 @@ def test_the_student_is_served_by_name_with_one_pass_and_its_steps() -> None:
     from workers.model.animator import Animator
     from workers.settings import WorkerSettings
 
-    settings = WorkerSettings.from_env({"ANIMFLEET_MODEL_DIR": "animfleet-small-distilled"})
+    # Measuring an unprofiled CPU kind at boot is tested on its own (test_boot_tune.py).
+    no_tuning = {"ANIMFLEET_WORKER_BOOT_TUNE_S": "0"}
+    settings = WorkerSettings.from_env(
+        {"ANIMFLEET_MODEL_DIR": "animfleet-small-distilled", **no_tuning}
+    )
     animator = Animator.from_settings(settings)
     variant = animator.variant
     assert (variant.name, variant.steps, variant.passes_per_step) == (
@@ -60,6 +64,6 @@ def test_the_student_is_served_by_name_with_one_pass_and_its_steps() -> None:
     assert variant.guidance_range == ((1.0, 2.0), (1.0, 3.0))
     assert (variant.image_guidance_scale, variant.text_guidance_scale) == (1.0, 1.0)
     teacher = Animator.from_settings(
-        WorkerSettings.from_env({"ANIMFLEET_MODEL_DIR": "animfleet-small"})
+        WorkerSettings.from_env({"ANIMFLEET_MODEL_DIR": "animfleet-small", **no_tuning})
     )
     assert (teacher.variant.steps, teacher.variant.passes_per_step) == (15, 3)
