@@ -245,5 +245,6 @@ clean:
 # table of throughput and latency ratios, PASS when every job ran exactly once with the same
 # frames in both modes; plot in run/bench-batching/latency.png.
 .PHONY: bench-batching
+BATCHING_SIZE ?= 32
 bench-batching: venv
-	nice -n 10 $(PY) -m benchmarks.batching_bench
+	nice -n 10 $(PY) -m benchmarks.batching_bench --size $(BATCHING_SIZE)

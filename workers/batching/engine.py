@@ -33,7 +33,9 @@ from workers.batching.sample import DONE, FAILED, STEP, GroupKey, Sample, batcha
 from workers.model.animator import Animator, ModelError
 from workers.model.mask import paste
 from workers.model.masked import crop_input
+from workers.model.motion_unet import MotionUNet
 from workers.model.pipeline import StepCallback
+from workers.model.render import final_flow, render, split_clip, upscale
 
 log = structlog.stdlib.get_logger("animfleet.worker.batching")
 
@@ -103,20 +105,20 @@ class BatchEngine:
             raise ModelError(f"{type(error).__name__}: {error}") from error
         self._pending.put(sample)
         try:
-            latents = self._wait(sample, on_step, until)
+            latents, flow = self._wait(sample, on_step, until)
         except BaseException:
             sample.canceled.set()  # the engine drops it before its next step
             raise
         try:
-            with torch.inference_mode():
-                frames = sample.pipeline.decode(latents, first_frame=sample.image)
+            frames = _frames(animator, sample, latents, flow)
             return frames if box is None else paste(frames, box.frame, box.region)
         except (RuntimeError, ValueError) as error:
             raise ModelError(f"{type(error).__name__}: {error}") from error
 
     def _wait(
         self, sample: Sample, on_step: StepCallback | None, until: float | None
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The sample's clean latents, and the clip's flow when it is rendered."""
         while True:
             timeout = None if until is None else until - time.monotonic()
             if timeout is not None and timeout <= 0:
@@ -129,8 +131,8 @@ class BatchEngine:
                 if on_step is not None:
                     on_step(*value)
             elif kind == DONE:
-                latents: torch.Tensor = value
-                return latents
+                done: tuple[torch.Tensor, torch.Tensor | None] = value
+                return done
             elif kind == FAILED:
                 raise ModelError(str(value))
 
@@ -188,9 +190,16 @@ class BatchEngine:
             except Exception as error:
                 self._fail(sample, error)
                 continue
-            sample.events.put((STEP, (sample.index, sample.total)))
             if sample.finished:
-                sample.events.put((DONE, sample.latents))
+                try:
+                    flow = self._render_flow(sample)
+                except Exception as error:
+                    self._fail(sample, error)
+                    continue
+                sample.events.put((STEP, (sample.index, sample.total)))
+                sample.events.put((DONE, (sample.latents, flow)))
+            else:
+                sample.events.put((STEP, (sample.index, sample.total)))
 
     def _forward(self, members: list[Sample]) -> list[torch.Tensor]:
         """The U-Net's output for each of ``members``' current step, (passes, F, C, h, w)."""
@@ -216,6 +225,17 @@ class BatchEngine:
             ).sample.float()
         return list(out.unflatten(0, (passes, size)).unbind(1))
 
+    def _render_flow(self, sample: Sample) -> torch.Tensor | None:
+        """A rendered job's flow, from the engine thread (the only one that may switch the
+        U-Net's add-on branches): the pass :func:`~workers.model.render.predict` makes after
+        its loop, with the job's own scheduler. None when the job is not rendered, or its U-Net
+        predicts no flow (its frames are upscaled, as alone)."""
+        if sample.full is None or not isinstance(sample.pipeline.unet, MotionUNet):
+            return None
+        with torch.inference_mode(), sample.animator._kernels(), self._addons(sample):
+            pipe, conditions = sample.pipeline, sample.conditions
+            return final_flow(pipe, sample.latents, conditions, sample.guidance, sample.scheduler)
+
     @staticmethod
     def _addons(sample: Sample) -> contextlib.AbstractContextManager[Any]:
         return sample.animator._addons_active(sample.params, sample.inputs)
@@ -224,6 +244,20 @@ class BatchEngine:
     def _fail(sample: Sample, error: BaseException) -> None:
         sample.canceled.set()  # leaves the batch
         sample.events.put((FAILED, f"{type(error).__name__}: {error}"))
+
+
+def _frames(
+    animator: Animator, sample: Sample, latents: torch.Tensor, flow: torch.Tensor | None
+) -> npt.NDArray[np.uint8]:
+    """A finished sample's frames, as ``Animator.run_frames`` makes them for the job alone."""
+    with torch.inference_mode():
+        if sample.full is not None and flow is not None:
+            clip = split_clip(latents, sample.conditions, flow)
+            return render(sample.full, clip, animator.fill)
+        frames: npt.NDArray[np.uint8] = sample.pipeline.decode(latents, first_frame=sample.image)
+    if sample.full is not None:  # no flow to render with: upscaled, as alone
+        return upscale(frames, *sample.full.shape[:2])
+    return frames
 
 
 def _pass_major(tensors: list[torch.Tensor]) -> torch.Tensor:

@@ -24,6 +24,7 @@ from workers.model.animator import Animator
 from workers.model.loading import prepare_image
 from workers.model.masked import CropInput
 from workers.model.pipeline import AnimationPipeline, Conditions, check_size
+from workers.model.render import downsample, renders, working_size
 
 # Events a sample posts to the thread waiting for it (see BatchEngine.animate).
 STEP, DONE, FAILED = "step", "done", "failed"
@@ -55,6 +56,9 @@ class Sample:
     canceled: threading.Event = field(default_factory=threading.Event)
     inputs: Mapping[str, bytes] = field(default_factory=dict)  # add-ons' control images
     image: npt.NDArray[np.uint8] | None = None  # the fitted input: frame 0 of the output
+    # Above the working size: the input at the size the frames are rendered at (the model ran
+    # on ``image``, the input brought down to the working size), as a job alone would be.
+    full: npt.NDArray[np.uint8] | None = None
 
     @property
     def pipeline(self) -> AnimationPipeline:
@@ -107,12 +111,17 @@ def prepare(
     pipe: AnimationPipeline = animator.pipeline
     variant = animator.variant
     pixels_np = prepare_image(image, params.width, params.height) if box is None else box.crop
+    full = None
+    if renders(*pixels_np.shape[:2]):  # as Animator.run_frames: the U-Net at the working size
+        full, pixels_np = pixels_np, downsample(pixels_np, *working_size(*pixels_np.shape[:2]))
     with torch.inference_mode():
         check_size(pixels_np, pipe.size_multiple)
         device = pipe.unet.device
         pixels = torch.from_numpy(pixels_np).permute(2, 0, 1)[None].to(device).float()
         pixels = pixels / 127.5 - 1.0
-        features = box.features if box is not None else None
+        # Cached features are the box's at its own size; a rendered job conditions on the
+        # working-size image, as it does alone.
+        features = box.features if box is not None and full is None else None
         conditions = pipe.condition(pixels, [params.prompt], params.frames, params.fps, features)
         generator = torch.Generator().manual_seed(params.seed)
         shape = (1, params.frames, pipe.unet.config.out_channels, *conditions.latents.shape[-2:])
@@ -124,7 +133,9 @@ def prepare(
         scheduler = type(pipe.scheduler).from_config(pipe.scheduler.config)
         scheduler.set_timesteps(params.steps or variant.steps, device=device)
         latents = noise.float() * scheduler.init_noise_sigma
-    return Sample(animator, params, conditions, guidance, scheduler, latents, image=pixels_np)
+    return Sample(
+        animator, params, conditions, guidance, scheduler, latents, image=pixels_np, full=full
+    )
 
 
 def batchable(animator: Animator) -> bool:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -86,19 +86,25 @@ class WorkingClip:
 
 
 def final_flow(
-    pipe: AnimationPipeline, latents: torch.Tensor, conditions: Conditions, guidance: torch.Tensor
+    pipe: AnimationPipeline,
+    latents: torch.Tensor,
+    conditions: Conditions,
+    guidance: torch.Tensor,
+    scheduler: Any = None,
 ) -> torch.Tensor:
     """The flow (F, 2, h, w) of the clean clip: one eager U-Net pass at the last timestep.
 
     Compiled and ahead-of-time packaged U-Nets return only the frames, so the flow comes from
     the model's own forward (the class's, past any compiled or cached wrapper), run once on
-    the clean latents with the conditioning the clip was denoised with.
+    the clean latents with the conditioning the clip was denoised with. ``scheduler``: the one
+    the clip was denoised with when it is not the pipeline's (a batched job has its own).
     """
     unet = pipe.unet
     if not isinstance(unet, MotionUNet):
         raise TypeError(f"rendering needs a MotionUNet, got {type(unet).__name__}")
-    t = pipe.scheduler.timesteps[-1]
-    model_in = pipe.scheduler.scale_model_input(latents, t).repeat(conditions.passes, 1, 1, 1, 1)
+    scheduler = scheduler or pipe.scheduler
+    t = scheduler.timesteps[-1]
+    model_in = scheduler.scale_model_input(latents, t).repeat(conditions.passes, 1, 1, 1, 1)
     model_in = torch.cat([model_in.to(unet.dtype), conditions.latents], dim=2)
     extra = {"guidance_scale": guidance.to(unet.dtype)} if pipe.guidance_distilled else {}
     out = MotionUNet.forward(
@@ -143,10 +149,15 @@ def predict(
     if not bool(torch.isfinite(latents).all()):
         raise ValueError("the denoiser produced non-finite latents (NaN or inf)")
     guidance = torch.tensor([[image_guidance_scale, text_guidance_scale]], device=latents.device)
-    flow = final_flow(pipe, latents, conditions, guidance)
+    return split_clip(latents, conditions, final_flow(pipe, latents, conditions, guidance))
+
+
+def split_clip(latents: torch.Tensor, conditions: Conditions, flow: torch.Tensor) -> WorkingClip:
+    """The denoised clip (1, F, 3, h, w) and its flow as a :class:`WorkingClip`: the residual
+    is what the warp of the conditioning image by the flow leaves; frame 0 has neither."""
     frames = latents[0].float().clamp(-1, 1)
     small = conditions.latents[-1:, 0].float()
-    residual = frames - warp(small, flow, num_frames)
+    residual = frames - warp(small, flow, frames.shape[0])
     flow[0] = 0
     residual[0] = 0
     return WorkingClip(small, frames, flow, residual)

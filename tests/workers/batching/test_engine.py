@@ -362,3 +362,45 @@ def test_each_sample_keeps_its_own_guidance_scales(
     assert not staggered.errors and engine.largest_batch == 2
     for index, frames in enumerate(alone):
         _assert_same(staggered.frames[index], frames)
+
+
+def test_rendered_sizes_batch_at_the_working_size_and_match_a_job_alone(
+    student: Animator, engine: BatchEngine, make_image: Callable[..., bytes]
+) -> None:
+    """512 px, 256 px and 64 px jobs share U-Net calls at the 64 px working size; the larger
+    two are rendered at their own size, each the job's frames alone (the contract's PSNR: a
+    batched 64 px call may sum in another order; here 86-95 dB, a few pixels one level off)."""
+    sizes, steps = (512, 256, 64), (8, 9, 10)
+    jobs = [
+        (
+            make_image(side, side, seed=index),
+            JobParams(
+                prompt=PROMPTS[index],
+                frames=4,
+                fps=8,
+                width=side,
+                height=side,
+                seed=200 + index,
+                steps=steps[index],
+            ),
+        )
+        for index, side in enumerate(sizes)
+    ]
+    alone = [student.animate(image, params) for image, params in jobs]
+    staggered = Staggered(engine, student)
+    staggered.run(jobs)
+    assert not staggered.errors
+    for index, frames in enumerate(alone):
+        assert staggered.frames[index].shape == (4, sizes[index], sizes[index], 3)
+        _assert_same(staggered.frames[index], frames)
+    assert engine.largest_batch >= 2  # rendered jobs batched at the working size
+
+
+def test_a_non_square_rendered_job_is_bit_identical_to_the_job_alone(
+    student: Animator, engine: BatchEngine, make_image: Callable[..., bytes]
+) -> None:
+    params = JobParams(prompt="pan right", frames=3, fps=8, width=320, height=192, seed=5)
+    image = make_image(400, 240, seed=9)
+    batched = engine.animate(student, image, params)
+    assert batched.shape == (3, 192, 320, 3)
+    assert np.array_equal(batched, student.animate(image, params))
