@@ -77,3 +77,18 @@ def test_a_masked_job_in_a_batch_gives_its_frames_alone(
         if masks[index] is not None:
             fitted = prepare_image(image, 32, 32)
             assert (results[index][:, outside] == fitted[outside]).all()
+
+
+def test_a_masked_job_whose_box_is_rendered_matches_the_job_alone(
+    student: Animator, engine: BatchEngine, make_image: Callable[..., bytes]
+) -> None:
+    """At 256 px the mask's box is above the working size: the engine runs it at the working
+    size and renders the box, as a masked job alone does."""
+    mask = _mask()
+    image = make_image(256, 256, seed=4)
+    params = JobParams(prompt="zoom in", frames=3, fps=8, width=256, height=256, seed=4, steps=4)
+    batched = engine.animate(student, image, params, mask=mask)
+    assert batched.shape == (3, 256, 256, 3)
+    assert np.array_equal(batched, student.animate(image, params, mask=mask))
+    outside = ~mask_region(mask, 256, 256, 8).inside
+    assert (batched[:, outside] == prepare_image(image, 256, 256)[outside]).all()
