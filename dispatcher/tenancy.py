@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from animfleet.errors import PermanentError, TransientError
 from animfleet.jobs import JobRecord, JobState
 from animfleet.region.jobstore import JobNotFound
-from animfleet.region.listing import BadCursor, Listing, Position
+from animfleet.region.listing import BadCursor, Listing, NonFiniteCursor, Position
 from animfleet.region.ratelimit import RateLimiter
 from animfleet.region.tenants import ApiKey, IssuedKey, RevokedKey, Tenants, UnknownKey
 from dispatcher.client import Client
@@ -53,6 +53,10 @@ class InFlightLimit(DispatcherError, TransientError):
 
 class InvalidCursor(DispatcherError, PermanentError, ValueError):
     """A listing cursor this gateway did not hand out."""
+
+
+class MalformedCursor(InvalidCursor):
+    """A cursor no listing could have handed out: its created time is not a finite number."""
 
 
 @dataclass(frozen=True)
@@ -140,6 +144,10 @@ class Tenancy:
         limit = max(1, min(limit, MAX_PAGE))
         try:
             after = Position.parse(cursor) if cursor else None
+        except NonFiniteCursor as error:
+            raise MalformedCursor(
+                f"{cursor!r} holds the created time {error.created!r}, not a finite number"
+            ) from None
         except BadCursor:
             raise InvalidCursor(f"cursor {cursor!r} was not handed out by this API") from None
         jobs: list[JobRecord] = []
