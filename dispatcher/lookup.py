@@ -114,9 +114,12 @@ class JobLookup:
             region = record.region
         return record
 
-    def get(self, job_id: str) -> JobRecord:
+    def get(self, job_id: str, tenant: str | None = None) -> JobRecord:
         """The current record of ``job_id``; raises :class:`animfleet.region.jobstore.JobNotFound`.
 
+        With ``tenant``, another tenant's job is not found either, and costs what a missing id
+        costs (its store read, then the archive read a miss falls through to): how long a 404
+        takes cannot tell whether the id exists.
         A queued job found past its start deadline is expired on the spot, so readers never
         see it queued even if no maintenance process ran yet.
         """
@@ -124,9 +127,12 @@ class JobLookup:
             store, record = self._current(job_id)
         except JobNotFound:
             archived = self._archived(job_id)
-            if archived is None:
-                raise
+            if archived is None or tenant not in (None, archived.tenant):
+                raise JobNotFound(job_id) from None
             return archived
+        if tenant not in (None, record.tenant):
+            self._archived(job_id)
+            raise JobNotFound(job_id)
         now = time.time()
         if record.start_overdue(now):
             try:
