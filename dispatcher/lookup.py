@@ -24,6 +24,8 @@ from dispatcher.errors import DispatcherError
 
 # Client-chosen ids never contain a dot, so they cannot collide with ``<region>.<token>`` ids.
 CLIENT_JOB_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# As stored: alone, or scoped to the tenant that chose it (:func:`animfleet.jobs.scoped_job_id`).
+STORED_CLIENT_JOB_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}(?:~[0-9a-f]{20})?$")
 
 log = structlog.stdlib.get_logger("animfleet.dispatcher")
 
@@ -80,7 +82,7 @@ class JobLookup:
             if region not in self.topology.regions:
                 raise JobNotFound(job_id)
             return region
-        if not CLIENT_JOB_ID.match(job_id):
+        if not STORED_CLIENT_JOB_ID.match(job_id):
             raise JobNotFound(job_id)
         for region in self.topology.names:  # a client-chosen id: its home region knows
             found = self._link(region).store.idempotent_job(f"id:{job_id}")
