@@ -230,8 +230,8 @@ def test_a_body_that_stops_arriving_gets_408_and_its_connection_closes(
 ) -> None:
     key = Tenants(db).create_key("staller").key
     for framing in (b"content-length: 16000000", b"transfer-encoding: chunked"):
+        started = time.monotonic()  # before the server can start its clock
         with _connect(gateway) as sock:
-            started = time.monotonic()
             first = b'{"prompt": ' if framing.startswith(b"content") else b'b\r\n{"prompt": \r\n'
             sock.sendall(
                 b"POST /v1/jobs HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\n"
@@ -249,21 +249,21 @@ def test_a_body_that_stops_arriving_gets_408_and_its_connection_closes(
 
 
 def test_a_request_head_that_does_not_arrive_in_time_is_cut_off(gateway: str) -> None:
+    started = time.monotonic()  # before the server can start its clock
     with _connect(gateway) as silent:  # a partial head, then nothing
-        started = time.monotonic()
         silent.sendall(b"GET /v1/jobs HTTP/1.1\r\nhost: gateway\r\n")
         answer = _until_closed(silent, timeout=30)
         assert time.monotonic() - started >= HEADER_TIMEOUT_S
     error = _error(answer)
     assert error["code"] == "request_timeout" and error["field"] == "headers"
 
+    started = time.monotonic()  # before the server can start its clock
     with _connect(gateway) as idle:  # connected, never a byte
-        started = time.monotonic()
         assert _error(_until_closed(idle, timeout=30))["field"] == "headers"
         assert time.monotonic() - started >= HEADER_TIMEOUT_S
 
+    started = time.monotonic()  # before the server can start its clock
     with _connect(gateway) as trickle:  # a header line every 0.1 s: bytes keep coming
-        started = time.monotonic()
         trickle.sendall(b"GET /v1/jobs HTTP/1.1\r\n")
         closed = False
         while not closed:
