@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import time
 from enum import StrEnum
@@ -83,6 +84,21 @@ def region_of(job_id: str) -> str:
     if not sep or not region or not token:
         raise ValueError(f"job id {job_id!r} is not of the form <region>.<token>")
     return region
+
+
+def scoped_job_id(client_id: str, tenant: str) -> str:
+    """The stored id of ``client_id`` as ``tenant`` chose it through an API key: each tenant's
+    ids are its own (two tenants' ``render-1`` are two jobs). The scope is a digest of the
+    tenant, as tenant names may hold dots (which mark ``<region>.<token>`` ids)."""
+    return f"{client_id}~{hashlib.sha256(tenant.encode()).hexdigest()[:20]}"
+
+
+def public_job_id(job_id: str, tenant: str) -> str:
+    """The id ``tenant`` knows its job ``job_id`` by: a client-chosen id without its scope."""
+    client_id, scoped, _ = job_id.rpartition("~")
+    if scoped and scoped_job_id(client_id, tenant) == job_id:
+        return client_id
+    return job_id
 
 
 class JobError(BaseModel):

@@ -17,6 +17,7 @@ from animfleet.jobs import (
     JobRecord,
     JobState,
     WebhookAttempt,
+    public_job_id,
 )
 
 
@@ -108,7 +109,7 @@ def job_view(
         )
     queued = record.status is JobState.QUEUED
     return JobView(
-        id=record.id,
+        id=public_job_id(record.id, record.tenant),
         status=record.status,
         region=record.region,
         home_region=record.home_region,

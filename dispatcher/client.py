@@ -32,7 +32,7 @@ from dispatcher.addons import AddonChecker, take_images
 from dispatcher.admission import AdmissionSettings, AtCapacity, BacklogFull
 from dispatcher.errors import DispatcherError
 from dispatcher.inputs import AnimationRequest, InvalidInput, check_image, parse_request
-from dispatcher.lookup import CLIENT_JOB_ID, JobLookup, RegionLink
+from dispatcher.lookup import STORED_CLIENT_JOB_ID, JobLookup, RegionLink
 from dispatcher.mask_input import check_mask
 from dispatcher.placement import Placement, RoutingCache, admission_settings_from_env
 from dispatcher.versions import WORKER_MODEL, Choice, VersionChooser
@@ -150,7 +150,7 @@ class Client(JobLookup):
                 self.netguard.check_url(request.webhook_url)
             except BlockedURL as error:
                 raise InvalidInput("webhook", str(error)) from None
-        if job_id is not None and not CLIENT_JOB_ID.match(job_id):
+        if job_id is not None and not STORED_CLIENT_JOB_ID.match(job_id):
             raise InvalidInput(
                 "id", f"must be 1-64 letters, digits, '_' or '-' (got {job_id[:80]!r})"
             )

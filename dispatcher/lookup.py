@@ -24,6 +24,8 @@ from dispatcher.errors import DispatcherError
 
 # Client-chosen ids never contain a dot, so they cannot collide with ``<region>.<token>`` ids.
 CLIENT_JOB_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# As stored: alone, or scoped to the tenant that chose it (:func:`animfleet.jobs.scoped_job_id`).
+STORED_CLIENT_JOB_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}(?:~[0-9a-f]{20})?$")
 
 log = structlog.stdlib.get_logger("animfleet.dispatcher")
 
@@ -80,7 +82,7 @@ class JobLookup:
             if region not in self.topology.regions:
                 raise JobNotFound(job_id)
             return region
-        if not CLIENT_JOB_ID.match(job_id):
+        if not STORED_CLIENT_JOB_ID.match(job_id):
             raise JobNotFound(job_id)
         for region in self.topology.names:  # a client-chosen id: its home region knows
             found = self._link(region).store.idempotent_job(f"id:{job_id}")
@@ -114,9 +116,12 @@ class JobLookup:
             region = record.region
         return record
 
-    def get(self, job_id: str) -> JobRecord:
+    def get(self, job_id: str, tenant: str | None = None) -> JobRecord:
         """The current record of ``job_id``; raises :class:`animfleet.region.jobstore.JobNotFound`.
 
+        With ``tenant``, another tenant's job is not found either, and costs what a missing id
+        costs (its store read, then the archive read a miss falls through to): how long a 404
+        takes cannot tell whether the id exists.
         A queued job found past its start deadline is expired on the spot, so readers never
         see it queued even if no maintenance process ran yet.
         """
@@ -124,9 +129,12 @@ class JobLookup:
             store, record = self._current(job_id)
         except JobNotFound:
             archived = self._archived(job_id)
-            if archived is None:
-                raise
+            if archived is None or tenant not in (None, archived.tenant):
+                raise JobNotFound(job_id) from None
             return archived
+        if tenant not in (None, record.tenant):
+            self._archived(job_id)
+            raise JobNotFound(job_id)
         now = time.time()
         if record.start_overdue(now):
             try:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from animfleet.jobs import JobRecord, JobState
+from animfleet.jobs import JobRecord, JobState, public_job_id
 
 _ID = re.compile(r"^(?:queued-(\d{1,9})|queued|started|step-(\d{1,6})|end)$")
 
@@ -125,5 +125,8 @@ def _all(
                 Mark(RUNNING, step),
             )
     if record.status.terminal:
-        data = terminal_data or {"status": record.status.value, "id": record.id}
+        data = terminal_data or {
+            "status": record.status.value,
+            "id": public_job_id(record.id, record.tenant),
+        }
         yield Event("end", record.status.value, data, Mark(ENDED, 0))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from animfleet.errors import PermanentError, TransientError
 from animfleet.jobs import JobRecord, JobState
 from animfleet.region.jobstore import JobNotFound
-from animfleet.region.listing import BadCursor, Listing, Position
+from animfleet.region.listing import BadCursor, Listing, NonFiniteCursor, Position
 from animfleet.region.ratelimit import RateLimiter
 from animfleet.region.tenants import ApiKey, IssuedKey, RevokedKey, Tenants, UnknownKey
 from dispatcher.client import Client
@@ -55,6 +55,10 @@ class InvalidCursor(DispatcherError, PermanentError, ValueError):
     """A listing cursor this gateway did not hand out."""
 
 
+class MalformedCursor(InvalidCursor):
+    """A cursor no listing could have handed out: its created time is not a finite number."""
+
+
 @dataclass(frozen=True)
 class Page:
     jobs: list[JobRecord]
@@ -93,11 +97,8 @@ class Tenancy:
 
     def owned(self, job_id: str, tenant: str) -> JobRecord:
         """``job_id``'s record if ``tenant`` owns it; otherwise :class:`JobNotFound`, the same
-        as for an id that never existed."""
-        record = self.client.get(job_id)
-        if record.tenant != tenant:
-            raise JobNotFound(job_id)
-        return record
+        as for an id that never existed, found at the same cost."""
+        return self.client.get(job_id, tenant=tenant)
 
     def index(self, record: JobRecord) -> None:
         """List a new job under its tenant, in its home region, and count it in flight."""
@@ -140,6 +141,10 @@ class Tenancy:
         limit = max(1, min(limit, MAX_PAGE))
         try:
             after = Position.parse(cursor) if cursor else None
+        except NonFiniteCursor as error:
+            raise MalformedCursor(
+                f"{cursor!r} holds the created time {error.created!r}, not a finite number"
+            ) from None
         except BadCursor:
             raise InvalidCursor(f"cursor {cursor!r} was not handed out by this API") from None
         jobs: list[JobRecord] = []

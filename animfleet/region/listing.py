@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 import time
 from dataclasses import dataclass
 
@@ -22,6 +23,15 @@ MAX_SCAN = 1000  # ids read from one region for one page at most
 
 class BadCursor(PermanentError, ValueError):
     """A cursor that this module did not make."""
+
+
+class NonFiniteCursor(BadCursor):
+    """A cursor whose created time is ``inf``, ``-inf`` or ``nan``: no page starts there, and
+    Redis refuses ``nan`` as a score bound."""
+
+    def __init__(self, cursor: str, created: str) -> None:
+        super().__init__(cursor)
+        self.cursor, self.created = cursor, created
 
 
 @dataclass(frozen=True, order=True)
@@ -43,6 +53,8 @@ class Position:
             position = cls(float(created), job_id)
         except (ValueError, binascii.Error, UnicodeDecodeError):
             raise BadCursor(cursor) from None
+        if not math.isfinite(position.created_at):
+            raise NonFiniteCursor(cursor, created)
         if not job_id:
             raise BadCursor(cursor)
         return position

@@ -20,6 +20,7 @@ from dispatcher.gateway import errors, events, listing, models, options, playgro
 from dispatcher.gateway.bodylimit import BodyLimit
 from dispatcher.gateway.routes import router
 from dispatcher.gateway.runtime import Runtime
+from dispatcher.gateway.server import server_config
 from dispatcher.gateway.settings import GatewaySettings
 from dispatcher.tenancy import Tenancy
 
@@ -77,12 +78,15 @@ def create_app(client: Client, settings: GatewaySettings) -> FastAPI:
             expose_headers=["Location", "Retry-After", "Idempotent-Replayed"],
             max_age=600,
         )
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimit, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s
+    )
     return app
 
 
 def run_gateway(topology: Topology, region: str, host: str, port: int) -> None:
     """Serve the gateway in the foreground."""
     logs.configure()
-    app = create_app(Client(topology), GatewaySettings.from_env(region))
-    uvicorn.run(app, host=host, port=port, log_config=None, access_log=False)
+    settings = GatewaySettings.from_env(region)
+    app = create_app(Client(topology), settings)
+    uvicorn.Server(server_config(app, settings, host, port)).run()

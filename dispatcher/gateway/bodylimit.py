@@ -1,16 +1,26 @@
-"""413 for a request body past the cap, answered before the body is read past it.
+"""413 for a request body past the cap, answered before the body is read past it; 408 for a
+body that stops arriving.
 
 A declared ``Content-Length`` over the cap is answered at once, without reading a byte (the
 server enforces a declared length, so a body cannot exceed it). A body without one (chunked) is
 taken in up to the cap, where the app would have read it all anyway, and refused as soon as it
 passes the cap; within it, the app reads the same messages.
+
+Until its last part arrives, each read of the body waits at most ``timeout_s`` (a client that
+declares a length and stops sending would otherwise hold the connection and a handler for
+good): then the client gets 408 and the connection closes, and the app reads a disconnect
+(its own answer to that goes nowhere). Once the body is in, reads pass through untouched (a
+stream's wait for the client to go away has no limit).
 """
 
 from __future__ import annotations
 
 import json
 
+import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+DISCONNECT: Message = {"type": "http.disconnect"}
 
 
 def too_large_body(cap: int) -> bytes:
@@ -18,21 +28,31 @@ def too_large_body(cap: int) -> bytes:
     return json.dumps({"error": {**error, "field": "body"}}).encode()
 
 
+def timed_out_body(timeout_s: float) -> bytes:
+    message = f"no part of the request body arrived for {timeout_s:g} s; the connection is closed"
+    return json.dumps(
+        {"error": {"code": "request_timeout", "message": message, "field": "body"}}
+    ).encode()
+
+
 class BodyLimit:
     """Pure ASGI middleware: streaming responses pass through untouched."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout_s: float = 10.0) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: Scope, outer_receive: Receive, outer_send: Send) -> None:
         if scope["type"] != "http":
-            await self.app(scope, receive, send)
+            await self.app(scope, outer_receive, outer_send)
             return
+        body = _TimedBody(outer_receive, outer_send, self.timeout_s)
+        receive, send = body.receive, body.send
         declared = _content_length(scope)
         if declared is not None:
             if declared > self.max_bytes:
-                await _refuse(send, self.max_bytes)
+                await _refuse(send, 413, too_large_body(self.max_bytes))
                 return
             await self.app(scope, receive, send)
             return
@@ -40,12 +60,14 @@ class BodyLimit:
         size = 0
         while True:
             message = await receive()
+            if body.timed_out:  # answered 408 already
+                return
             taken.append(message)
             if message["type"] != "http.request":
                 break
             size += len(message.get("body", b""))
             if size > self.max_bytes:
-                await _refuse(send, self.max_bytes)
+                await _refuse(send, 413, too_large_body(self.max_bytes))
                 return
             if not message.get("more_body", False):
                 break
@@ -66,12 +88,46 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
-async def _refuse(send: Send, cap: int) -> None:
-    body = too_large_body(cap)
+class _TimedBody:
+    """The request's receive with a limit on each wait for the body, and a send that drops
+    what the app answers once the 408 went out."""
+
+    def __init__(self, receive: Receive, send: Send, timeout_s: float) -> None:
+        self._receive, self._send, self.timeout_s = receive, send, timeout_s
+        self.complete = False  # the body's last part arrived: no limit from here on
+        self.timed_out = False
+        self.started = False  # a response began: too late for a 408
+
+    async def receive(self) -> Message:
+        if self.timed_out:
+            return DISCONNECT
+        if self.complete:
+            return await self._receive()
+        message: Message | None = None
+        with anyio.move_on_after(self.timeout_s):
+            message = await self._receive()
+        if message is None:
+            self.timed_out = True
+            if not self.started:
+                await _refuse(self._send, 408, timed_out_body(self.timeout_s))
+            return DISCONNECT
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            self.complete = True
+        return message
+
+    async def send(self, message: Message) -> None:
+        if self.timed_out:
+            return
+        if message["type"] == "http.response.start":
+            self.started = True
+        await self._send(message)
+
+
+async def _refuse(send: Send, status: int, body: bytes) -> None:
     await send(
         {
             "type": "http.response.start",
-            "status": 413,
+            "status": status,
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),

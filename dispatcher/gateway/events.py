@@ -17,6 +17,7 @@ from fastapi import APIRouter, Header, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from animfleet.jobs import JobRecord
+from dispatcher.gateway import scoping
 from dispatcher.gateway.auth import CallerDep
 from dispatcher.gateway.runtime import Runtime
 from dispatcher.gateway.schemas import ErrorResponse
@@ -58,7 +59,7 @@ async def job_events(
     runtime = runtime_of(request)
     tenancy: Tenancy = request.app.state.tenancy
     # The first read answers 404 before the stream opens, for a missing job or another's.
-    first = await anyio.to_thread.run_sync(tenancy.owned, job_id, caller.tenant)
+    first = await anyio.to_thread.run_sync(scoping.owned, request, caller, job_id)
     stream = _stream(runtime, tenancy, first, caller.tenant, Progress(last_event_id))
     return EventSourceResponse(
         stream,

@@ -13,7 +13,7 @@ from dispatcher.gateway.auth import CallerDep
 from dispatcher.gateway.errors import ApiError
 from dispatcher.gateway.schemas import ErrorResponse
 from dispatcher.gateway.views import render, runtime_of
-from dispatcher.tenancy import MAX_PAGE, InvalidCursor, Tenancy
+from dispatcher.tenancy import MAX_PAGE, InvalidCursor, MalformedCursor, Tenancy
 
 router = APIRouter(prefix="/v1")
 
@@ -29,24 +29,27 @@ class JobList(BaseModel):
 @router.get(
     "/jobs",
     response_model=JobList,
-    responses={code: {"model": ErrorResponse} for code in (401, 404, 422, 429)},
+    responses={code: {"model": ErrorResponse} for code in (400, 401, 404, 422, 429)},
 )
 def list_jobs(
     request: Request,
     caller: CallerDep,
     status: Annotated[JobState | None, Query(description="only jobs in this state")] = None,
     created_after: Annotated[
-        float | None, Query(ge=0, description="unix seconds, exclusive", examples=[1.7e9])
+        float | None,
+        Query(ge=0, allow_inf_nan=False, description="unix seconds, exclusive", examples=[1.7e9]),
     ] = None,
     created_before: Annotated[
-        float | None, Query(ge=0, description="unix seconds, exclusive", examples=[1.8e9])
+        float | None,
+        Query(ge=0, allow_inf_nan=False, description="unix seconds, exclusive", examples=[1.8e9]),
     ] = None,
     cursor: Annotated[
         str | None,
         Query(
             max_length=200,
             pattern=r"^[A-Za-z0-9_-]+$",
-            description="from `next_cursor`; one this API did not hand out answers 404",
+            description="from `next_cursor`; one this API did not hand out answers 404, one"
+            " that cannot be a position (a created time that is not finite) 400",
         ),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 20,
@@ -63,6 +66,8 @@ def list_jobs(
             cursor=cursor,
             limit=limit,
         )
+    except MalformedCursor as error:
+        raise ApiError(400, "invalid_cursor", f"cursor: {error}", "cursor") from None
     except InvalidCursor as error:
         # The page it names does not exist (the cursor is opaque: its form cannot say more).
         raise ApiError(404, "not_found", f"cursor: {error}", "cursor") from None

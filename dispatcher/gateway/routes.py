@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Request, Response
 
 from animfleet.errors import AnimfleetError
-from animfleet.jobs import JobRecord
+from animfleet.jobs import JobRecord, public_job_id
 from animfleet.jobview import JobView, job_view
 from animfleet.region.jobstore import IdempotencyConflict
 from animfleet.region.status import RegionStatus
@@ -30,7 +30,8 @@ from dispatcher.gateway.schemas import (
     RegionView,
     Replayed,
 )
-from dispatcher.lookup import WaitTimeout
+from dispatcher.inputs import InvalidInput
+from dispatcher.lookup import CLIENT_JOB_ID, WaitTimeout
 
 PREFER_WAIT = re.compile(r"(?:^|[,;\s])wait(?:=(\d{1,6}))?(?:$|[,;\s])")
 RETRY_AFTER = {"Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}}
@@ -142,19 +143,23 @@ def _submit(
         runtime.fetch_slots,
         caller.tenant,
     )
-    handle: JobHandle = client.submit(
-        image,
-        body.prompt,
-        home_region=runtime.settings.region,
-        idempotency_key=scoping.scoped_key(caller, idempotency_key),
-        job_id=job_id,
-        **options,
-    )
+    try:
+        handle: JobHandle = client.submit(
+            image,
+            body.prompt,
+            home_region=runtime.settings.region,
+            idempotency_key=scoping.scoped_key(caller, idempotency_key),
+            job_id=job_id,
+            **options,
+        )
+    except IdempotencyConflict as conflict:  # name the earlier job as its tenant knows it
+        earlier = public_job_id(conflict.job_id, caller.tenant)
+        raise IdempotencyConflict(conflict.key, earlier) from None
     record = client.get(handle.id)
     scoping.admitted(request, caller, record, handle.created)
     if not handle.created:
         response.headers["Idempotent-Replayed"] = "true"
-    response.headers["Location"] = f"/v1/jobs/{handle.id}"
+    response.headers["Location"] = f"/v1/jobs/{public_job_id(handle.id, record.tenant)}"
     record = _waited(runtime, record, _prefer_wait(prefer, runtime), response)
     response.status_code = 200 if record.status.terminal else 202
     return _view(runtime, record)
@@ -249,12 +254,16 @@ def put_job(
     prefer: PreferHeader = None,
     idempotency_key: IdempotencyHeader = None,
 ) -> JobView:
-    """Enqueue a job under a client-chosen id (1-64 of ``A-Za-z0-9_-``); idempotent: the same
-    id with the same body returns that job, with another body 409."""
+    """Enqueue a job under a client-chosen id (1-64 of ``A-Za-z0-9_-``), your tenant's own (another
+    tenant's job of the same id is another job); idempotent: the same id with the same body
+    returns that job, with another body 409."""
+    if not CLIENT_JOB_ID.match(job_id):
+        raise InvalidInput("id", f"must be 1-64 letters, digits, '_' or '-' (got {job_id[:80]!r})")
+    stored = scoping.stored_id(caller, job_id)
     try:
-        return _submit(request, caller, body, response, prefer, idempotency_key, job_id=job_id)
+        return _submit(request, caller, body, response, prefer, idempotency_key, job_id=stored)
     except IdempotencyConflict as conflict:
-        if conflict.key != job_id:
+        if conflict.key != stored:
             raise
         message = f"job {job_id} exists with a different request body; choose another id"
         raise ApiError(409, "idempotency_conflict", message, "id") from None
@@ -281,15 +290,15 @@ def cancel_job(job_id: str, request: Request, caller: CallerDep) -> JobView:
     """A queued job never starts; a running one stops at its next denoising step. A job that
     already ended is returned unchanged."""
     runtime = _runtime(request)
-    scoping.owned(request, caller, job_id)
-    return _view(runtime, runtime.client.cancel(job_id))
+    record = scoping.owned(request, caller, job_id)
+    return _view(runtime, runtime.client.cancel(record.id))
 
 
 @router.post("/jobs/{job_id}/webhook/replay", status_code=202, response_model=Replayed)
 def replay_webhook(job_id: str, request: Request, caller: CallerDep) -> Replayed:
     """Send the job's most recent webhook event again (same ``webhook-id``)."""
-    scoping.owned(request, caller, job_id)
-    delivery = _runtime(request).client.replay_webhook(job_id)
+    record = scoping.owned(request, caller, job_id)
+    delivery = _runtime(request).client.replay_webhook(record.id)
     if delivery is None:
         raise ApiError(409, "no_webhook_event", f"job {job_id} has sent no webhook event")
     return Replayed(webhook_id=delivery.id, type=delivery.type)

@@ -1,9 +1,11 @@
 """Each tenant sees only its own jobs: what the job routes apply to the calling tenant.
 
-With keys on, a job's tenant is the key's, never the body's; idempotency keys are scoped per
-tenant (the same key from two tenants names two jobs); another tenant's job answers exactly
-like a missing one. With keys off (``ANIMFLEET_GATEWAY_AUTH=0``) the body's ``tenant`` still
-picks the fair share, as before tenants had keys.
+With keys on, a job's tenant is the key's, never the body's; idempotency keys and client-chosen
+job ids are scoped per tenant (the same key or id from two tenants names two jobs: each tenant
+sees only its own id, stored as :func:`animfleet.jobs.scoped_job_id`); another tenant's job
+answers exactly like a missing one, at the same cost. With keys off
+(``ANIMFLEET_GATEWAY_AUTH=0``) the body's ``tenant`` still picks the fair share, as before
+tenants had keys.
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ from typing import Any
 
 from fastapi import Request
 
-from animfleet.jobs import JobRecord
+from animfleet.jobs import JobRecord, scoped_job_id
+from animfleet.region.jobstore import JobNotFound
 from dispatcher.client import MAX_KEY_CHARS
 from dispatcher.gateway.auth import Caller
 from dispatcher.gateway.errors import ApiError
+from dispatcher.lookup import CLIENT_JOB_ID
 from dispatcher.tenancy import Tenancy
 
 
@@ -45,12 +49,23 @@ def scoped_key(caller: Caller, key: str | None) -> str | None:
     return scoped
 
 
+def stored_id(caller: Caller, job_id: str) -> str:
+    """The stored id a job id from the caller names: a client-chosen one (no dot) is scoped to
+    the key's tenant; ``<region>.<token>`` ids are the fleet's own, the same for everyone."""
+    if caller.key_id is None or not CLIENT_JOB_ID.match(job_id):
+        return job_id
+    return scoped_job_id(job_id, caller.tenant)
+
+
 def owned(request: Request, caller: Caller, job_id: str) -> JobRecord:
     """``job_id``'s record if the caller's tenant owns it, else 404 like a missing job."""
     if caller.key_id is None:
         record: JobRecord = request.app.state.runtime.client.get(job_id)
         return record
-    return tenancy_of(request).owned(job_id, caller.tenant)
+    try:
+        return tenancy_of(request).owned(stored_id(caller, job_id), caller.tenant)
+    except JobNotFound:
+        raise JobNotFound(job_id) from None  # the id as the caller knows it
 
 
 def admitted(request: Request, caller: Caller, record: JobRecord, created: bool) -> None:

@@ -26,6 +26,10 @@ class GatewaySettings(EnvSettings):
     # A request body past this is refused with 413 as soon as the cap is passed; the largest
     # image (10 MiB) inlined as base64 with the rest of a job fits.
     max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    # A request body that stops arriving for this long gets 408 and its connection closes; a
+    # request line and headers not complete this long after they began, the same.
+    body_timeout_s: float = Field(default=10.0, gt=0, le=300)
+    header_timeout_s: float = Field(default=10.0, gt=0, le=300)
     events_poll_s: float = Field(default=0.2, gt=0, le=5)  # how often an SSE stream looks
     events_heartbeat_s: float = Field(default=15.0, gt=0, le=300)  # keeps proxies from closing
     # Requests fetching an image URL at once (each holds a thread up to 10 s), in all and per
@@ -53,7 +57,8 @@ class GatewaySettings(EnvSettings):
     @classmethod
     def from_env(cls, region: str, env: Mapping[str, str] | None = None) -> GatewaySettings:
         """``region`` (from the command line) and ``ANIMFLEET_GATEWAY_*`` (``MAX_WAIT_S``,
-        ``THREADS``, ``AUTH``, ``CORS_ORIGINS``, ``MAX_BODY_BYTES``, ``EVENTS_POLL_S``,
+        ``THREADS``, ``AUTH``, ``CORS_ORIGINS``, ``MAX_BODY_BYTES``, ``BODY_TIMEOUT_S``,
+        ``HEADER_TIMEOUT_S``, ``EVENTS_POLL_S``,
         ``EVENTS_HEARTBEAT_S``, ``URL_FETCHES``, ``URL_FETCHES_PER_TENANT``). Raises
         :class:`animfleet.settings.SettingsError`."""
         return load(cls, env, region=region)

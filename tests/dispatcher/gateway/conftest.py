@@ -1,4 +1,5 @@
-"""A gateway in a uvicorn server thread on a free loopback port: real HTTP, in this process."""
+"""A gateway in a uvicorn server thread on a free loopback port: real HTTP, in this process,
+served as ``animfleet web`` serves it."""
 
 from __future__ import annotations
 
@@ -12,21 +13,15 @@ import uvicorn
 
 from dispatcher import Client
 from dispatcher.gateway import GatewaySettings, create_app
+from dispatcher.gateway.server import server_config
 from tools.local_servers import free_port
 
 
 @contextmanager
 def _serve(client: Client, settings: GatewaySettings) -> Iterator[str]:
     port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(client, settings),
-            host="127.0.0.1",
-            port=port,
-            log_config=None,
-            access_log=False,
-        )
-    )
+    app = create_app(client, settings)
+    server = uvicorn.Server(server_config(app, settings, "127.0.0.1", port))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
