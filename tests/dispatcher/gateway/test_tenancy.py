@@ -68,7 +68,11 @@ def gateway(
 
 @pytest.fixture
 def db(servers: LocalFleet) -> redis.Redis:
-    return redis.Redis(port=servers.redis_port, db=DB)
+    """The region's database, empty: a job left queued by an earlier test would stand ahead
+    of this test's jobs in the queue (their event ids count the jobs ahead)."""
+    client = redis.Redis(port=servers.redis_port, db=DB)
+    client.flushdb()
+    return client
 
 
 def _job(db: redis.Redis, tenant: str, created_at: float | None = None) -> JobRecord:
