@@ -199,7 +199,7 @@ export interface components {
              * @description its strength
              * @default 1
              */
-            scale: number;
+            scale?: number;
             /**
              * Image
              * @description the control image of an image-conditioned add-on (e.g. path: an arrow drawn light on dark): a URL, a base64 data URI or an inputs/ storage key
@@ -233,30 +233,30 @@ export interface components {
              * @default 8
              * @example 8
              */
-            frames: number | null;
+            frames?: number | null;
             /**
              * Fps
              * @default 8
              * @example 8
              */
-            fps: number | null;
+            fps?: number | null;
             /**
              * Size
              * @description width and height of a square video
              * @default 64
              * @example 64
              */
-            size: number | null;
+            size?: number | null;
             /**
              * Width
              * @default 64
              */
-            width: number | null;
+            width?: number | null;
             /**
              * Height
              * @default 64
              */
-            height: number | null;
+            height?: number | null;
             /** Seed */
             seed?: number | null;
             /**
@@ -442,7 +442,7 @@ export interface components {
              * Addons
              * @default []
              */
-            addons: components["schemas"]["AddonUse"][];
+            addons?: components["schemas"]["AddonUse"][];
             /** Mask */
             mask?: string | null;
         };
@@ -452,12 +452,12 @@ export interface components {
              * Step
              * @default 0
              */
-            step: number;
+            step?: number;
             /**
              * Total
              * @default 0
              */
-            total: number;
+            total?: number;
         };
         /**
          * JobRequest
@@ -485,30 +485,30 @@ export interface components {
              * @default 8
              * @example 8
              */
-            frames: number | null;
+            frames?: number | null;
             /**
              * Fps
              * @default 8
              * @example 8
              */
-            fps: number | null;
+            fps?: number | null;
             /**
              * Size
              * @description width and height of a square video
              * @default 64
              * @example 64
              */
-            size: number | null;
+            size?: number | null;
             /**
              * Width
              * @default 64
              */
-            width: number | null;
+            width?: number | null;
             /**
              * Height
              * @default 64
              */
-            height: number | null;
+            height?: number | null;
             /** Seed */
             seed?: number | null;
             /**
