@@ -132,8 +132,7 @@ export class Animfleet {
           throw late(status);
         }
         throw error;
-      }
-      return this.get(jobId, { signal: options.signal }); // a stream that ended early
+      } // the stream kept dropping before the end: poll for the rest of the time
     }
     for (;;) {
       const remainingS = (deadline - Date.now()) / 1000;

@@ -48,7 +48,8 @@ def _npm(*args: str, timeout: float = 600) -> None:
     npm = shutil.which("npm")
     assert npm is not None
     done = subprocess.run([npm, *args], cwd=SDK, capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, f"npm {' '.join(args)}:\n{done.stdout[-4000:]}{done.stderr[-4000:]}"
+    output = done.stdout[-4000:] + done.stderr[-4000:]
+    assert done.returncode == 0, f"npm {' '.join(args)}:\n{output}"
 
 
 @pytest.fixture(scope="module")
@@ -119,5 +120,6 @@ def test_the_node_tests_pass_against_a_local_fleet(
         text=True,
         timeout=900,
     )
+    print(done.stdout[-8000:])  # each test's outcome and duration (pytest -s shows it)
     assert done.returncode == 0, f"node --test failed:\n{done.stdout[-12000:]}{done.stderr[-4000:]}"
     assert "# fail 0" in done.stdout and "# SKIP" not in done.stdout, done.stdout[-4000:]
