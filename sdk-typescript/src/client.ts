@@ -2,7 +2,17 @@
 
 import * as core from "./core.js";
 import { WaitTimeout } from "./errors.js";
-import type { BatchInput, BatchResult, Job, JobEvent, JobInput, JobPage, JobStatus, Models, Regions } from "./types.js";
+import type {
+  BatchInput,
+  BatchResult,
+  Job,
+  JobEvent,
+  JobInput,
+  JobPage,
+  JobStatus,
+  Models,
+  Regions,
+} from "./types.js";
 import { isTerminal, isTerminalEvent } from "./types.js";
 
 export interface AnimfleetOptions {
@@ -95,7 +105,8 @@ export class Animfleet {
   /** Up to 500 jobs in one request; results in order, each with its job or its error. */
   async submitMany(jobs: BatchInput[], options: { signal?: AbortSignal } = {}): Promise<BatchResult[]> {
     const body = { jobs: jobs.map(core.batchItem) };
-    const answer = await this.call<{ results: BatchResult[] }>("POST", "/v1/jobs/batch", { body, ...options });
+    type Answer = { results: BatchResult[] };
+    const answer = await this.call<Answer>("POST", "/v1/jobs/batch", { body, ...options });
     return answer.results;
   }
 
@@ -115,7 +126,8 @@ export class Animfleet {
   ): Promise<Job> {
     const timeoutS = options.timeoutS ?? 300;
     const deadline = Date.now() + timeoutS * 1000;
-    const late = (status: string): WaitTimeout => new WaitTimeout(`job ${jobId} still ${status} after ${timeoutS} s`);
+    const late = (status: string): WaitTimeout =>
+      new WaitTimeout(`job ${jobId} still ${status} after ${timeoutS} s`);
     if (options.via === "events") {
       const timer = AbortSignal.timeout(timeoutS * 1000);
       const signal = options.signal ? AbortSignal.any([options.signal, timer]) : timer;

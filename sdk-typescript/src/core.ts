@@ -19,7 +19,8 @@ export function imageField(image: ImageInput): string {
   } else if (String.fromCharCode(...image.subarray(0, 4)) === "RIFF") {
     kind = "image/webp";
   }
-  return `data:${kind};base64,${Buffer.from(image.buffer, image.byteOffset, image.byteLength).toString("base64")}`;
+  const bytes = Buffer.from(image.buffer, image.byteOffset, image.byteLength);
+  return `data:${kind};base64,${bytes.toString("base64")}`;
 }
 
 /** The API's request body: images encoded, absent options left out. */
@@ -85,7 +86,8 @@ export function errorOf(response: Response, text: string): ApiError {
   let message = text.slice(0, 200);
   let field: string | null = null;
   try {
-    const error = (JSON.parse(text) as { error?: { code?: unknown; message?: unknown; field?: unknown } }).error;
+    type Body = { error?: { code?: unknown; message?: unknown; field?: unknown } };
+    const error = (JSON.parse(text) as Body).error;
     if (typeof error?.code === "string" && typeof error.message === "string") {
       code = error.code;
       message = error.message;

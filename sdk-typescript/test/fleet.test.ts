@@ -7,7 +7,14 @@ import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { after, before, describe, test } from "node:test";
 
-import { Animfleet, type Job, type JobEvent, type JobInput, RequestRefused, isTerminal } from "@animfleet/sdk";
+import {
+  Animfleet,
+  type Job,
+  type JobEvent,
+  type JobInput,
+  RequestRefused,
+  isTerminal,
+} from "@animfleet/sdk";
 
 const { ANIMFLEET_URL, ANIMFLEET_API_KEY, ANIMFLEET_TEST_IMAGE, ANIMFLEET_TEST_IMAGE_KEY } = process.env;
 const skip =
@@ -36,7 +43,8 @@ describe("against a local fleet", { skip }, () => {
     assert.ok(done.output?.url?.startsWith("http"));
     const mp4 = await api.download(done);
     assert.equal(mp4.byteLength, done.output?.bytes);
-    assert.equal(Buffer.from(mp4.subarray(4, 8)).toString("latin1"), "ftyp", "an MP4 starts with its ftyp box");
+    const box = Buffer.from(mp4.subarray(4, 8)).toString("latin1");
+    assert.equal(box, "ftyp", "an MP4 starts with its ftyp box");
   });
 
   describe("an image by URL and by storage key", () => {
@@ -98,7 +106,8 @@ describe("against a local fleet", { skip }, () => {
       assert.match(error.apiMessage, /^frames: /);
       return true;
     });
-    await assert.rejects(api.get(`no-such-job-${unique()}`), { name: "RequestRefused", status: 404, code: "not_found" });
+    const missing = { name: "RequestRefused", status: 404, code: "not_found" };
+    await assert.rejects(api.get(`no-such-job-${unique()}`), missing);
     const stranger = new Animfleet({ baseUrl: ANIMFLEET_URL ?? "", apiKey: "af_0000000000000000_wrong" });
     await assert.rejects(stranger.list(), { name: "RequestRefused", status: 401 });
   });

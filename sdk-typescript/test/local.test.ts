@@ -34,7 +34,12 @@ async function serve(handler: Handler): Promise<Scripted> {
   return scripted;
 }
 
-function json(response: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+function json(
+  response: ServerResponse,
+  status: number,
+  body: unknown,
+  headers: Record<string, string> = {},
+): void {
   response.writeHead(status, { "content-type": "application/json", ...headers });
   response.end(JSON.stringify(body));
 }
@@ -63,7 +68,12 @@ test("a 429 is retried after its Retry-After with the same idempotency key", asy
 
 test("503s are retried at most maxRetries times, then TryLater carries the error", async () => {
   const server = await serve((_, response) =>
-    json(response, 503, { error: { code: "broker_unavailable", message: "retry shortly" } }, { "Retry-After": "0" }),
+    json(
+      response,
+      503,
+      { error: { code: "broker_unavailable", message: "retry shortly" } },
+      { "Retry-After": "0" },
+    ),
   );
   const api = new Animfleet({ baseUrl: server.url, maxRetries: 2 });
   await assert.rejects(api.get("job-1"), (error: unknown) => {
