@@ -179,7 +179,7 @@ export async function* lines(body: ReadableStream<Uint8Array>): AsyncGenerator<s
     }
     pending = pending.slice(start);
   }
-  pending += decoder.decode();
+  pending = (pending + decoder.decode()).replace(/\r$/, "");
   if (pending !== "") {
     yield pending;
   }
