@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv lock browser test-sdk fuzz-api demo test test-unit test-e2e test-faults loadtest lint typecheck clean bench \
+.PHONY: venv lock browser test-sdk test-sdk-ts generate-sdk-ts fuzz-api demo test test-unit test-e2e test-faults loadtest lint typecheck clean bench \
 	bench-model bench-overhead bench-gateway bench-dispatch simulate sim-templates bench-scale \
 	tune-model compile-model bench-boot bench-versions eval-served
 
@@ -69,6 +69,15 @@ test-sdk: venv
 	rm -rf .venv-sdk && $(PYTHON) -m venv .venv-sdk && .venv-sdk/bin/pip install -q .
 	ANIMFLEET_SDK_PYTHON=$(CURDIR)/.venv-sdk/bin/python $(PY) -m pytest -q \
 		tests/e2e/test_sdk_base_install.py
+
+# The TypeScript SDK (sdk-typescript/): its committed OpenAPI document and types checked against
+# the gateway's, npm ci from its lock, tsc, then Node's test runner against a local fleet with keys.
+test-sdk-ts: venv
+	$(PY) -m pytest -q tests/sdk/test_typescript_sdk.py
+
+# After changing the API: rewrite sdk-typescript/openapi.json and src/schema.d.ts from the gateway.
+generate-sdk-ts: venv
+	cd sdk-typescript && npm ci --no-audit --no-fund && PYTHON=$(CURDIR)/$(PY) npm run generate
 
 test-unit: venv
 	$(PY) -m pytest --ignore=tests/e2e
