@@ -23,6 +23,8 @@ transaction on the record that re-checks what the pass saw.
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -102,7 +104,7 @@ class Sweeper:
         self.workers = WorkerRegistry(store.redis, region.name)
         self.direct = DirectQueues(store.redis, region)
         self.backlog = Backlog(store.redis, region.name)
-        self.holder = f"{id(self)}-{time.time()}"
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{id(self)}"  # names the process
 
     def sweep(self, now: float | None = None) -> SweepResult:
         """One pass; does nothing while another copy holds the region's lease."""
