@@ -298,7 +298,7 @@ class LocalFleet:
         from animfleet.region.keys import SWEEP_LEASE_KEY
 
         held = redis.Redis.from_url(self.redis_url(region)).get(SWEEP_LEASE_KEY + region)
-        return held.decode() if held is not None else None
+        return held.decode() if isinstance(held, bytes) else None
 
     def heartbeats(self, region: str) -> list[dict[str, object]]:
         from animfleet.region.workers import live_workers
