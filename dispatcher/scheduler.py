@@ -12,6 +12,7 @@ dies loses nothing, and the next lease holder finishes or returns its half-done 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import threading
@@ -24,10 +25,17 @@ from pydantic_settings import SettingsConfigDict
 
 from animfleet.jobs import IllegalTransition, JobRecord, JobState
 from animfleet.metrics import port_from_env, serve
-from animfleet.region.backlog import Backlog
+from animfleet.region.backlog import CAPPED, Backlog
 from animfleet.region.catalog import ModelCatalog
 from animfleet.region.handoff import Handoff
-from animfleet.region.jobstore import FULL, JobNotFound, JobStore, expire_if_overdue
+from animfleet.region.jobstore import (
+    FULL,
+    REPEAT,
+    IdempotencyConflict,
+    JobNotFound,
+    JobStore,
+    expire_if_overdue,
+)
 from animfleet.region.status import read_region_status
 from animfleet.region.tenants import Tenants
 from animfleet.settings import EnvSettings, load
@@ -38,7 +46,19 @@ from dispatcher.enqueue import RegionQueue
 from dispatcher.placement import RoutingCache, admission_settings_from_env
 
 WEIGHTS_EVERY_S = 5.0
+# What a spill claim's slot in the target holds: the copy's entry, or the recovering
+# scheduler's mark that no copy may be made under that claim any more.
+COPIED, REVOKED = "spill-copy", "spill-revoked"
 log = structlog.stdlib.get_logger("animfleet.scheduler")
+
+
+def spill_slot(job_id: str, token: str) -> str:
+    """The idempotency key a spill's copy binds in the target: one per claim."""
+    return f"spill:{job_id}:{token}"
+
+
+def _fingerprint(entry: bytes | None) -> str:
+    return str(json.loads(entry)["fingerprint"]) if entry else ""
 
 
 class SchedulerSettings(EnvSettings):
@@ -131,56 +151,77 @@ class RegionScheduler:
             return 0, left
         candidates = [t for t in table.targets(self.region) if t != self.region]
         candidates += [t for t in table.fallback.get(self.region, ()) if t not in candidates]
+        # A region with no live worker runs none of its backlog: it waits in a neighbour's instead.
+        stranded = self._live_workers(self.region) == 0
         moved = 0
         for target in candidates:
-            room = self._room(target)
+            room = self._room(target, stranded)
             if room <= 0 or left <= 0:
                 continue
             taken = self.handoff.claim(target, min(room, self.settings.batch))
             self._expire(self.region, taken.overdue)
             left = taken.remaining
             for job_id in taken.jobs:
-                moved += self._move_abroad(job_id, target)
+                moved += self._move_abroad(job_id, target, taken.token, into_backlog=stranded)
         return moved, left
 
-    def _room(self, target: str) -> int:
-        """Jobs ``target`` can start now; none while it has a backlog of its own."""
+    def _live_workers(self, region: str) -> int:
+        store = self.store(region)
+        return read_region_status(store.redis, self.topology.region(region)).load.live_workers
+
+    def _room(self, target: str, stranded: bool = False) -> int:
+        """Jobs ``target`` can start now; none while it has a backlog of its own. For a
+        ``stranded`` region (no live worker), a batch whenever ``target`` has live workers."""
         store = self.store(target)
+        load = read_region_status(store.redis, self.topology.region(target)).load
+        if stranded and load.live_workers:
+            return self.settings.batch
         if Backlog(store.redis, target).depth():
             return 0
-        load = read_region_status(store.redis, self.topology.region(target)).load
         return admission_limit(load.live_workers, self.admission) - load.in_flight
 
-    def _move_abroad(self, job_id: str, target: str) -> int:
-        """Copy a claimed job into ``target``, then point the home record there."""
+    def _move_abroad(self, job_id: str, target: str, token: str, into_backlog: bool = False) -> int:
+        """Copy a claimed job into ``target`` (its GPU queue, or with ``into_backlog`` its
+        backlog when no GPU is free), then point the home record there.
+
+        The copy binds the claim's slot in the target (:func:`spill_slot`); a scheduler that
+        recovered this claim meanwhile bound it first, and then no copy is made.
+        """
         home = self.store(self.region)
         try:
             record = home.get(job_id)
         except JobNotFound:
-            self.handoff.forward(job_id, self.region, target)  # drops the claim
+            self.handoff.forward(job_id, self.region, target, token)  # drops the claim
             return 0
         image = home.input_image(job_id)
         if record.status is not JobState.QUEUED or image is None:
-            self.handoff.forward(job_id, self.region, target)  # ended meanwhile: drop the claim
+            self.handoff.forward(job_id, self.region, target, token)  # ended: drop the claim
             return 0
         version = record.params.model_version
         if (
             version is not None
             and ModelCatalog(self.store(target).redis, target).get(version) is None
         ):
-            self.handoff.give_back(job_id)  # its version is not in that region's registry
+            self.handoff.give_back(job_id, token)  # its version is not in that region's registry
             return 0
         copy = record.model_copy(update={"region": target})
-        # Only onto a GPU queue there (a region with a backlog of its own has no room): FULL,
-        # and the job goes back to this backlog.
-        answer = self.queue(target).admit(copy, image)
-        if answer.outcome == FULL:
-            self.handoff.give_back(job_id)
+        slot = JobStore.idempotency_slot(spill_slot(job_id, token))
+        entry = JobStore.idempotency_entry(job_id, target, COPIED)
+        # Without into_backlog, only onto a GPU queue there (a region with a backlog of its own
+        # has no room): FULL, and the job goes back to this backlog.
+        answer = self.queue(target).admit(
+            copy, image, idempotency=[slot], idempotency_entry=entry, backlog=into_backlog
+        )
+        if answer.outcome in (FULL, CAPPED):
+            self.handoff.give_back(job_id, token)
             return 0
-        return self._finish_move(job_id, target)
+        if answer.outcome == REPEAT and _fingerprint(answer.earlier) != COPIED:
+            log.warning("backlog.spill_fenced", job_id=job_id, region=self.region, target=target)
+            return 0  # the claim was recovered by another scheduler while this one stalled
+        return self._finish_move(job_id, target, token)
 
-    def _finish_move(self, job_id: str, target: str) -> int:
-        forwarded, status = self.handoff.forward(job_id, self.region, target)
+    def _finish_move(self, job_id: str, target: str, token: str) -> int:
+        forwarded, status = self.handoff.forward(job_id, self.region, target, token)
         if forwarded:
             metrics.BACKLOG_MOVES.labels(self.region, target).inc()
             metrics.SPILLOVER.labels(self.region, target).inc()
@@ -201,17 +242,28 @@ class RegionScheduler:
             self.store(target).update(job_id, same_end)
 
     def recover_claims(self) -> None:
-        """Finish or give back spills a scheduler left half-done (it died or stalled)."""
+        """Finish or give back spills a scheduler left half-done (it died or stalled).
+
+        Binding the claim's slot in the target first fences the stalled scheduler out: if the
+        slot was free, no copy was made under the claim and none can be now, so the job goes
+        back to the backlog; if the copy holds it, the move is finished.
+        """
         cutoff = time.time() - self.settings.claim_timeout_s
         for claim in self.handoff.claims().values():
             if claim.at > cutoff:
                 continue
-            try:
-                self.store(claim.target).get(claim.job_id)
-            except JobNotFound:
-                self.handoff.give_back(claim.job_id)
+            slot = spill_slot(claim.job_id, claim.token)
+            try:  # bound now, or by an earlier recovery that stopped before the give-back
+                self.store(claim.target).claim_idempotency_key(
+                    slot, claim.job_id, self.region, REVOKED
+                )
+                revoked = True
+            except IdempotencyConflict:  # the copy's entry holds the slot: the target has it
+                revoked = False
+            if revoked:
+                self.handoff.give_back(claim.job_id, claim.token)
             else:
-                self._finish_move(claim.job_id, claim.target)
+                self._finish_move(claim.job_id, claim.target, claim.token)
 
     def queue(self, region: str) -> RegionQueue:
         """``region``'s admission, as a dispatcher's submit uses it (placement included)."""

@@ -114,16 +114,32 @@ def cmd_webhooks(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_scheduler(args: argparse.Namespace) -> int:
+def _regions(args: argparse.Namespace) -> tuple[Topology, list[str]]:
+    """The topology and the ``--region`` names given (default: all), each checked."""
     topology = _topology(args)
     regions = args.region or topology.names
     for name in regions:
         _region(topology, name)
+    return topology, regions
+
+
+def cmd_scheduler(args: argparse.Namespace) -> int:
+    topology, regions = _regions(args)
     from animfleet import logs
     from dispatcher.scheduler import run_scheduler
 
     logs.configure()
     run_scheduler(topology, regions)
+    return 0
+
+
+def cmd_sweeper(args: argparse.Namespace) -> int:
+    topology, regions = _regions(args)
+    from animfleet import logs
+    from workers.sweeping import run_sweeper
+
+    logs.configure()
+    run_sweeper(topology, regions)
     return 0
 
 
@@ -314,6 +330,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--region", action="append", help="a region whose backlog it moves (repeat; default: all)"
     )
     scheduler.set_defaults(func=cmd_scheduler)
+
+    sweeper = sub.add_parser(
+        "sweeper", help="requeue a lost worker's jobs, end the ones nothing will run (CPU)"
+    )
+    sweeper.add_argument(
+        "--region", action="append", help="a region it sweeps (repeat; default: all)"
+    )
+    sweeper.set_defaults(func=cmd_sweeper)
 
     add_model_commands(sub)  # model init|tune|compile|push|list|show, train, distill, eval, ...
 

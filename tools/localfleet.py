@@ -55,6 +55,9 @@ class LocalFleet:
     # Run ``animfleet scheduler`` for every region (it moves backlogs onto GPU queues); by
     # default whenever the fleet has workers, as a job in a backlog waits for it.
     scheduler: bool | None = None
+    # Run ``animfleet sweeper`` for every region (it requeues a lost worker's jobs and ends the
+    # ones nothing will run); by default whenever the fleet has workers or webhook senders.
+    sweeper: bool | None = None
     # appendonly + appendfsync everysec, as production should run: a restart loses at most ~1 s.
     redis_persistence: bool = True
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -112,6 +115,8 @@ class LocalFleet:
             self.start_router(self.router_period_s)
         if self.scheduler or (self.scheduler is None and self.workers_per_region):
             self.start_scheduler()
+        if self.sweeper or (self.sweeper is None and (self.workers_per_region or self.webhooks)):
+            self.start_sweeper()
         for region in self.regions:
             if self.gateway:
                 self.wait_for_gateway(region)
@@ -281,6 +286,19 @@ class LocalFleet:
         env = {"ANIMFLEET_FLEET_FILE": str(self.fleet_file), **self.service_env}
         self._spawn(name, [sys.executable, "-m", "tools.cli", "scheduler"], env)
         return name
+
+    def start_sweeper(self, name: str = "sweeper") -> str:
+        """One sweeper process for every region (another ``name`` runs a second copy)."""
+        env = {"ANIMFLEET_FLEET_FILE": str(self.fleet_file), **self.service_env}
+        self._spawn(name, [sys.executable, "-m", "tools.cli", "sweeper"], env)
+        return name
+
+    def sweeping(self, region: str) -> str | None:
+        """Which sweeper copy holds ``region``'s lease now (``None``: none does)."""
+        from animfleet.region.keys import SWEEP_LEASE_KEY
+
+        held = redis.Redis.from_url(self.redis_url(region)).get(SWEEP_LEASE_KEY + region)
+        return held.decode() if isinstance(held, bytes) else None
 
     def heartbeats(self, region: str) -> list[dict[str, object]]:
         from animfleet.region.workers import live_workers

@@ -221,13 +221,22 @@ class Backlog:
     def contains(self, job_id: str) -> bool:
         return self.redis.zscore(self.all_key, job_id) is not None
 
-    def remove(self, job_id: str, tenant: str) -> None:
-        """Drop a job that ended while waiting (canceled) at once, rather than when popped."""
-        with self.redis.pipeline(transaction=True) as pipe:
+    def waiting(self, most: int = 10_000) -> list[str]:
+        """Ids of the jobs waiting in the backlog, oldest first."""
+        raw: list[bytes] = self.redis.zrange(self.all_key, 0, most - 1)  # type: ignore[assignment]
+        return [item.decode() for item in raw]
+
+    def remove(self, job_id: str, tenant: str, pipe: redis.client.Pipeline | None = None) -> None:
+        """Drop a job that ended while waiting (canceled, expired) at once, rather than when
+        popped; with ``pipe``, inside the caller's transaction (the one that ends it)."""
+        if pipe is not None:
             pipe.zrem(self.tenant_key(tenant), job_id)
             pipe.zrem(self.all_key, job_id)
             pipe.hdel(self.message_key, job_id)
-            pipe.execute()
+            return
+        with self.redis.pipeline(transaction=True) as own:
+            self.remove(job_id, tenant, own)
+            own.execute()
 
     def jobs_ahead(self, job_id: str, tenant: str, max_tenants: int = 100) -> int | None:
         """About how many backlog jobs start before ``job_id``; ``None`` if it is not waiting.

@@ -8,17 +8,21 @@ canceled, expired or past its start deadline is dropped from the backlog instead
 ones are returned so the caller ends them ``expired``).
 
 A spill to another region cannot be one script (two Redis servers), so it is three steps, each
-atomic and each safe to repeat: :meth:`claim` moves jobs from the backlog to a "moving" hash;
-the caller admits a copy of the record in the target region (its admission script refuses a
-duplicate id); :meth:`forward` turns the home record into a pointer to the target (its
-``region``) and drops the home's input, or :meth:`give_back` returns the job to the backlog.
-A claim older than a lease found by the next scheduler is finished or given back by checking
-the target (see :class:`dispatcher.scheduler.Scheduler`).
+atomic and each safe to repeat: :meth:`claim` moves jobs from the backlog to a "moving" hash,
+each entry stamped with the claim's fencing token; the caller admits a copy of the record in the
+target region (its admission script refuses a duplicate id); :meth:`forward` turns the home
+record into a pointer to the target (its ``region``) and drops the home's input, or
+:meth:`give_back` returns the job to the backlog. Both check the token in the same script that
+changes the record or the backlog, so a scheduler that stalled past its claim time, whose claim
+was finished or handed back meanwhile, changes nothing when it wakes. A claim older than a lease
+found by the next scheduler is finished or given back by checking the target (see
+:class:`dispatcher.scheduler.RegionScheduler`, which also fences the target's side).
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 import time
 from dataclasses import dataclass, field
 
@@ -41,7 +45,7 @@ from animfleet.region.keys import (
 # KEYS: workers, busy, queued, GPU queue, backlog-all, messages, ring, active, deficits,
 #       weights, moving
 # ARGV: now, allowance, most jobs to take, tenant key prefix, record key prefix,
-#       mode ('home' | 'claim'), target region (claim), most entries to look at
+#       mode ('home' | 'claim'), target region (claim), most entries to look at, claim token
 _TAKE = """
 local now, allowance, most = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local budget = tonumber(ARGV[8])
@@ -129,7 +133,7 @@ while #taken < most and room() > 0 do
   if ARGV[6] == 'claim' then
     redis.call('HSET', KEYS[11], job[1], cjson.encode({
       target = ARGV[7], at = ARGV[1], message = job[2], order = job[3], tenant = job[4],
-      created = job[5]}))
+      created = job[5], token = ARGV[9]}))
   else
     redis.call('LPUSH', KEYS[4], job[2])
     redis.call('ZADD', KEYS[3], now, job[1])
@@ -140,11 +144,12 @@ return {taken, skipped, overdue, redis.call('ZCARD', KEYS[5])}
 """
 
 # KEYS: moving, tenant backlog, backlog-all, messages, ring, active, deficits
-# ARGV: job id
+# ARGV: job id, claim token
 _GIVE_BACK = """
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then return 0 end
 local claim = cjson.decode(raw)
+if (claim.token or '') ~= ARGV[2] then return 0 end
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('ZADD', KEYS[2], claim.order, ARGV[1])
 redis.call('ZADD', KEYS[3], claim.created, ARGV[1])
@@ -157,10 +162,13 @@ return 1
 """
 
 # KEYS: moving, record, start-by, holding set of the home region, input
-# ARGV: job id, region of this record (home), target region
+# ARGV: job id, region of this record (home), target region, claim token
 # The record becomes a pointer: only its "region" changes, textually (a JSON round trip in Lua
-# would round the float timestamps).
+# would round the float timestamps). Only the claim's holder may do it: a claim handed back or
+# finished by another scheduler has gone from the moving hash (or carries another token).
 _FORWARD = """
+local claim = redis.call('HGET', KEYS[1], ARGV[1])
+if not claim or (cjson.decode(claim).token or '') ~= ARGV[4] then return {0, 'reclaimed'} end
 redis.call('HDEL', KEYS[1], ARGV[1])
 local raw = redis.call('GET', KEYS[2])
 if not raw then return {0, 'missing'} end
@@ -189,12 +197,14 @@ return redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'NX') and 1 or 0
 @dataclass(frozen=True)
 class Taken:
     """What one take answered: jobs moved (or claimed), entries dropped because their record
-    ended or vanished, entries past their start deadline, and the backlog left."""
+    ended or vanished, entries past their start deadline, the backlog left, and (a claim) the
+    fencing token its later steps must show."""
 
     jobs: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     overdue: list[str] = field(default_factory=list)
     remaining: int = 0
+    token: str = ""
 
 
 @dataclass(frozen=True)
@@ -203,6 +213,7 @@ class Claim:
     target: str
     at: float
     message: str
+    token: str = ""
 
 
 def _text(items: list[bytes]) -> list[str]:
@@ -222,7 +233,9 @@ class Handoff:
         self._forward = client.register_script(_FORWARD)
         self._renew = client.register_script(_RENEW)
 
-    def _run_take(self, mode: str, most: int, target: str = "", budget: int = 1000) -> Taken:
+    def _run_take(
+        self, mode: str, most: int, target: str = "", budget: int = 1000, token: str = ""
+    ) -> Taken:
         b = self.backlog
         keys = [
             WORKER_SET + self.region,
@@ -246,20 +259,23 @@ class Handoff:
             mode,
             target,
             budget,
+            token,
         ]
         jobs, skipped, overdue, remaining = self._take(keys=keys, args=args)
-        return Taken(_text(jobs), _text(skipped), _text(overdue), int(remaining))
+        return Taken(_text(jobs), _text(skipped), _text(overdue), int(remaining), token)
 
     def move_home(self, most: int = 100) -> Taken:
         """Move up to ``most`` jobs onto this region's GPU queue while it has room."""
         return self._run_take("home", most)
 
     def claim(self, target: str, most: int) -> Taken:
-        """Take up to ``most`` jobs out of the backlog, marked as moving to ``target``."""
-        return self._run_take("claim", most, target)
+        """Take up to ``most`` jobs out of the backlog, marked as moving to ``target`` under a
+        new fencing token (``Taken.token``)."""
+        return self._run_take("claim", most, target, token=secrets.token_hex(8))
 
-    def give_back(self, job_id: str) -> bool:
-        """Return a claimed job to its tenant's backlog (the target could not take it)."""
+    def give_back(self, job_id: str, token: str) -> bool:
+        """Return a claimed job to its tenant's backlog (the target could not take it); False
+        when the claim under ``token`` is no longer held."""
         b = self.backlog
         raw = self.redis.hget(self.moving_key, job_id)
         if raw is None:
@@ -274,12 +290,13 @@ class Handoff:
             b.active_key,
             self.deficit_key,
         ]
-        return bool(self._give_back(keys=keys, args=[job_id]))
+        return bool(self._give_back(keys=keys, args=[job_id, token]))
 
-    def forward(self, job_id: str, home: str, target: str) -> tuple[bool, str]:
+    def forward(self, job_id: str, home: str, target: str, token: str) -> tuple[bool, str]:
         """Point the home record at ``target`` once the target holds the job; returns
         (forwarded, status). Not forwarded when the record ended meanwhile (canceled or
-        expired): the caller ends the target's copy the same way."""
+        expired): the caller ends the target's copy the same way; nor, status ``reclaimed``,
+        when the claim under ``token`` is no longer held (nothing changes then)."""
         keys = [
             self.moving_key,
             JOB_KEY + job_id,
@@ -287,7 +304,7 @@ class Handoff:
             HOLDING_SET + home,
             INPUT_KEY + job_id,
         ]
-        done, status = self._forward(keys=keys, args=[job_id, self.region, target])
+        done, status = self._forward(keys=keys, args=[job_id, self.region, target, token])
         return bool(done), status.decode() if isinstance(status, bytes) else str(status)
 
     def claims(self) -> dict[str, Claim]:
@@ -297,7 +314,13 @@ class Handoff:
         for raw_id, raw in entries.items():
             entry = json.loads(raw)
             job_id = raw_id.decode()
-            found[job_id] = Claim(job_id, entry["target"], float(entry["at"]), entry["message"])
+            found[job_id] = Claim(
+                job_id,
+                entry["target"],
+                float(entry["at"]),
+                entry["message"],
+                entry.get("token") or "",
+            )
         return found
 
     # -- one mover per region ------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """Finds a region's jobs that nothing will finish, and finishes or requeues them.
 
-Runs inside a process that already runs once per region (the webhook sender's scheduler), every
-second; several copies are safe: each pass holds a short lease on the region, and every change
-is a transaction on the record that re-checks what the pass saw.
+Runs in its own process (``animfleet sweeper``, :mod:`workers.sweeping`), every ``poll_s``;
+several copies are safe: each pass holds a short lease on the region, and every change is a
+transaction on the record that re-checks what the pass saw.
 
 - A ``running`` job whose worker is gone (its heartbeat details expired: host lost, process
   killed) goes back on the queue at once, the same job id, with its message pushed in the same
@@ -14,13 +14,17 @@ is a transaction on the record that re-checks what the pass saw.
   is the job id, and a late duplicate delivery finds the record running on a live worker (or
   terminal) and does nothing.
 - A ``queued`` job waits at most ``max_queued_s`` (the default start deadline), and at most
-  ``orphan_after_s`` in a region that has had no live worker that long: then it ends ``expired``.
+  ``orphan_after_s`` in a region that has had no live worker that long: then it ends ``expired``
+  with ``no_capacity``, on the GPU queue and in the backlog alike (the scheduler sends a
+  workerless region's backlog to the regions its ring allows first, when any has a worker).
 - Lapses seen just after the region's Redis (re)started are not trusted: workers need one TTL to
   beat again, so the pass waits until the server has been up that long.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -33,6 +37,7 @@ from pydantic_settings import SettingsConfigDict
 from animfleet.jobs import IllegalTransition, JobRecord, JobState
 from animfleet.region.affinity import DirectQueues
 from animfleet.region.archive import Objects, RecordArchive
+from animfleet.region.backlog import Backlog
 from animfleet.region.jobstore import JobNotFound, JobStore
 from animfleet.region.keys import (
     NO_WORKERS_KEY,
@@ -49,7 +54,7 @@ log = structlog.stdlib.get_logger("animfleet.sweeper")
 
 
 class SweepSettings(EnvSettings):
-    """``ANIMFLEET_SWEEPER_*``: read by the process that runs the sweeps (the webhook sender)."""
+    """``ANIMFLEET_SWEEPER_*``: read by the sweeper process (``animfleet sweeper``)."""
 
     model_config = SettingsConfigDict(env_prefix="ANIMFLEET_SWEEPER_")
 
@@ -62,6 +67,7 @@ class SweepSettings(EnvSettings):
     archive_after_s: float = Field(default=86400.0, ge=0)
     # How often outputs that no record points to are looked for and deleted.
     reconcile_every_s: float = Field(default=300.0, gt=0)
+    poll_s: float = Field(default=1.0, gt=0)  # between passes
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> SweepSettings:
@@ -97,7 +103,8 @@ class Sweeper:
         self.messages = AnimateMessages(region)
         self.workers = WorkerRegistry(store.redis, region.name)
         self.direct = DirectQueues(store.redis, region)
-        self.holder = f"{id(self)}-{time.time()}"
+        self.backlog = Backlog(store.redis, region.name)
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{id(self)}"  # names the process
 
     def sweep(self, now: float | None = None) -> SweepResult:
         """One pass; does nothing while another copy holds the region's lease."""
@@ -180,7 +187,9 @@ class Sweeper:
             result.ended[job_id] = JobState.EXPIRED.value
         since = self._no_workers_since(now)
         if since is not None and now - since >= self.settings.orphan_after_s:
-            for job_id in (_text(raw) for raw in self.redis.zrange(queued, 0, -1)):
+            waiting = [_text(raw) for raw in self.redis.zrange(queued, 0, -1)]
+            waiting += self.backlog.waiting()
+            for job_id in waiting:
                 message = f"no GPU worker in region {self.region.name} for {now - since:.0f}s"
                 if self._expire(job_id, "no_capacity", message):
                     result.ended[job_id] = JobState.EXPIRED.value
@@ -197,12 +206,15 @@ class Sweeper:
 
     def _expire(self, job_id: str, code: str, message: str) -> bool:
         def change(record: JobRecord) -> None:
-            if record.status is not JobState.QUEUED:
-                raise IllegalTransition(f"job {record.id} is {record.status.value}")
+            if record.status is not JobState.QUEUED or record.region != self.region.name:
+                raise IllegalTransition(f"job {record.id} is {record.status.value} here")
             record.end(JobState.EXPIRED, code, message)
 
+        def leave_backlog(pipe: redis.client.Pipeline, record: JobRecord) -> None:
+            self.backlog.remove(record.id, record.tenant, pipe)
+
         try:
-            self.store.update(job_id, change)
+            self.store.update(job_id, change, also=leave_backlog)
         except (IllegalTransition, JobNotFound):
             self.redis.zrem(QUEUED_SET + self.region.name, job_id)
             return False

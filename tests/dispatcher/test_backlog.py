@@ -17,7 +17,7 @@ from animfleet.topology import Region, Topology
 from dispatcher.admission import AdmissionSettings
 from dispatcher.enqueue import RegionQueue
 from dispatcher.routing import RoutingTable
-from dispatcher.scheduler import RegionScheduler, SchedulerSettings
+from dispatcher.scheduler import RegionScheduler, SchedulerSettings, spill_slot
 from tools.localfleet import LocalFleet
 
 PARAMS = JobParams(prompt="sway", frames=4, fps=8, width=32, height=32, seed=1)
@@ -158,6 +158,7 @@ def test_a_full_region_spills_its_backlog_to_a_neighbour_with_room(
     q = RegionQueue(topology.region("b1"), JobStore(dbs["b1"]), 0.0)
     for index in range(3):
         q.admit(record(f"b1.s{index}"), b"img", backlog=True)
+    WorkerRegistry(dbs["b1"], "b1").beat("gpu0", {}, ttl_s=60, busy=True)  # full, not empty
     gpus(dbs["b2"], 2, "b2")
     scheduler = RegionScheduler(
         topology, "b1", SchedulerSettings(), AdmissionSettings(allowance=0.0)
@@ -184,7 +185,137 @@ def test_an_abandoned_spill_is_given_back(servers: LocalFleet, dbs: dict[str, re
     q = RegionQueue(region(servers, "b1"), JobStore(dbs["b1"]), 0.0)
     q.admit(record("b1.z"), b"img", backlog=True)
     handoff = Handoff(dbs["b1"], "b1", "animate.b1", 0.0)
-    assert handoff.claim("b2", 5).jobs == ["b1.z"] and q.backlog.depth() == 0
-    assert handoff.give_back("b1.z") and q.backlog.depth() == 1
+    taken = handoff.claim("b2", 5)
+    assert taken.jobs == ["b1.z"] and q.backlog.depth() == 0
+    assert not handoff.give_back("b1.z", "another claim's token")  # fenced: nothing changes
+    assert q.backlog.depth() == 0
+    assert handoff.give_back("b1.z", taken.token) and q.backlog.depth() == 1
     gpus(dbs["b1"], 1)
     assert handoff.move_home().jobs == ["b1.z"]
+
+
+# -- a scheduler that stalls mid-spill past its claim time ----------------------------------------
+def two_region_topology(servers: LocalFleet) -> Topology:
+    return Topology.from_mapping(
+        {
+            "regions": {
+                name: {
+                    "broker_url": region(servers, name).broker_url,
+                    "storage": {"backend": "local", "root": "/tmp/unused"},
+                }
+                for name in DBS
+            }
+        }
+    )
+
+
+def schedulers(servers: LocalFleet) -> tuple[RegionScheduler, RegionScheduler]:
+    """The stalled one, and the one that takes over (any claim is past its time for it)."""
+    topology = two_region_topology(servers)
+    admission = AdmissionSettings(allowance=0.0)
+    stalled = RegionScheduler(topology, "b1", SchedulerSettings(), admission, owner="stalled")
+    quick = SchedulerSettings(claim_timeout_s=0.001)
+    return stalled, RegionScheduler(topology, "b1", quick, admission, owner="next")
+
+
+def where(dbs: dict[str, redis.Redis], job_id: str) -> list[str]:
+    """The regions whose store holds ``job_id`` as a job (a pointer elsewhere does not count)."""
+    found = []
+    for name, client in dbs.items():
+        raw = client.get(f"animfleet:job:{job_id}")
+        if raw is not None and JobRecord.model_validate_json(raw).region == name:
+            found.append(name)
+    return found
+
+
+def test_a_spill_stalled_before_its_copy_is_handed_back_and_makes_none(
+    servers: LocalFleet, dbs: dict[str, redis.Redis]
+) -> None:
+    RegionQueue(region(servers, "b1"), JobStore(dbs["b1"]), 0.0).admit(
+        record("b1.st"), b"img", backlog=True
+    )
+    gpus(dbs["b2"], 1, "b2")
+    stalled, takeover = schedulers(servers)
+    taken = stalled.handoff.claim("b2", 1)
+    assert taken.jobs == ["b1.st"]
+    time.sleep(0.01)
+
+    takeover.recover_claims()  # no copy in b2: the claim is revoked there, the job handed back
+    assert Backlog(dbs["b1"], "b1").contains("b1.st")
+    assert stalled._move_abroad("b1.st", "b2", taken.token) == 0  # wakes up: fenced out
+
+    assert not dbs["b2"].exists("animfleet:job:b1.st") and dbs["b2"].llen("animate.b2") == 0
+    assert where(dbs, "b1.st") == ["b1"] and JobStore(dbs["b1"]).get("b1.st").region == "b1"
+    gpus(dbs["b1"], 1)
+    assert takeover.handoff.move_home().jobs == ["b1.st"]  # and it runs at home, once
+
+
+def test_a_spill_stalled_after_its_copy_is_finished_once(
+    servers: LocalFleet, dbs: dict[str, redis.Redis]
+) -> None:
+    RegionQueue(region(servers, "b1"), JobStore(dbs["b1"]), 0.0).admit(
+        record("b1.sc"), b"img", backlog=True
+    )
+    gpus(dbs["b2"], 1, "b2")
+    stalled, takeover = schedulers(servers)
+    taken = stalled.handoff.claim("b2", 1)
+    copy = JobStore(dbs["b1"]).get("b1.sc").model_copy(update={"region": "b2"})
+    answer = stalled.queue("b2").admit(
+        copy,
+        b"img",
+        idempotency=[JobStore.idempotency_slot(spill_slot("b1.sc", taken.token))],
+        idempotency_entry=JobStore.idempotency_entry("b1.sc", "b2", "spill-copy"),
+    )
+    assert answer.outcome == ADMITTED  # the copy is made, then the scheduler stalls
+    time.sleep(0.01)
+
+    takeover.recover_claims()  # the copy holds the claim's slot: the move is finished
+    assert JobStore(dbs["b1"]).get("b1.sc").region == "b2"
+    forwarded, status = stalled.handoff.forward("b1.sc", "b1", "b2", taken.token)
+    assert (forwarded, status) == (False, "reclaimed")
+    assert stalled._move_abroad("b1.sc", "b2", taken.token) == 0
+
+    assert where(dbs, "b1.sc") == ["b2"] and dbs["b2"].llen("animate.b2") == 1
+    assert not Backlog(dbs["b1"], "b1").contains("b1.sc")
+
+
+def test_a_stale_token_never_forwards_a_newer_claim(
+    servers: LocalFleet, dbs: dict[str, redis.Redis]
+) -> None:
+    RegionQueue(region(servers, "b1"), JobStore(dbs["b1"]), 0.0).admit(
+        record("b1.re"), b"img", backlog=True
+    )
+    handoff = Handoff(dbs["b1"], "b1", "animate.b1", 0.0)
+    first = handoff.claim("b2", 1)
+    assert handoff.give_back("b1.re", first.token)
+    second = handoff.claim("b2", 1)
+    assert second.jobs == ["b1.re"] and second.token != first.token
+
+    assert handoff.forward("b1.re", "b1", "b2", first.token) == (False, "reclaimed")
+    assert handoff.claims()["b1.re"].token == second.token  # the newer claim still stands
+    assert JobStore(dbs["b1"]).get("b1.re").region == "b1"
+
+
+def test_a_region_without_workers_spills_into_a_busy_neighbours_backlog(
+    servers: LocalFleet, dbs: dict[str, redis.Redis]
+) -> None:
+    q = RegionQueue(region(servers, "b1"), JobStore(dbs["b1"]), 0.0)
+    for index in range(3):
+        q.admit(record(f"b1.w{index}"), b"img", backlog=True)
+    WorkerRegistry(dbs["b2"], "b2").beat("gpu0", {}, ttl_s=60, busy=True)
+    JobStore(dbs["b2"]).redis.zadd("animfleet:queued:b2", {"b2.own": time.time()})  # b2 is full
+    scheduler, _ = schedulers(servers)
+
+    class Table:
+        def snapshot(self) -> object:
+            return type("S", (), {"table": RoutingTable({"b1": {"b1": 1.0}}, {"b1": ["b2"]})})
+
+    scheduler.routing = Table()  # type: ignore[assignment]
+    assert scheduler.pump() == (3, 0)  # b1 has no live worker: its backlog waits in b2's
+    assert Backlog(dbs["b2"], "b2").depth() == 3 and dbs["b2"].llen("animate.b2") == 0
+    for index in range(3):
+        assert where(dbs, f"b1.w{index}") == ["b2"]
+    # With a (busy) worker back home, a full neighbour takes nothing more: the job waits here.
+    WorkerRegistry(dbs["b1"], "b1").beat("gpu0", {}, ttl_s=60, busy=True)
+    assert q.admit(record("b1.w3"), b"img", backlog=True).outcome == BACKLOGGED
+    assert scheduler.pump() == (0, 1) and Backlog(dbs["b2"], "b2").depth() == 3

@@ -85,7 +85,14 @@ def wait_until(check: Callable[[], bool], what: str, timeout: float = 60.0) -> N
 
 
 def record_of(fleet: LocalFleet, job_id: str) -> JobRecord:
-    return JobStore.from_url(fleet.redis_url(region_of(job_id)), retry_s=5).get(job_id)
+    """The job's record where it lives: a spilled job's home record points to its region."""
+    region = region_of(job_id)
+    for _ in fleet.regions:
+        record = JobStore.from_url(fleet.redis_url(region), retry_s=5).get(job_id)
+        if record.region == region:
+            return record
+        region = record.region
+    raise AssertionError(f"job {job_id}: its records point in a circle")
 
 
 def running_on(fleet: LocalFleet, job_id: str) -> str:

@@ -25,7 +25,7 @@ def test_batch_worker_sigkill_requeues_the_job_of_every_slot_and_nothing_is_lost
     fleet = make_fleet(
         workers_per_region=1,
         model_dir=standin(3.0),
-        webhooks=True,  # the webhook sender runs the sweeper
+        webhooks=True,  # its sweeper is its own process, started with the workers
         worker_env={"ANIMFLEET_WORKER_BATCH": "3"},
     )
     client = make_client(fleet)

@@ -40,7 +40,7 @@ def test_a_10s_broker_outage_during_a_job_loses_no_gpu_work(
     make_client: Callable[[LocalFleet], Client],
     make_image: Callable[..., bytes],
 ) -> None:
-    # The sweeper runs too (in the webhook sender): lapses seen right after Redis returns must
+    # The sweeper process runs too: lapses seen right after Redis returns must
     # not requeue a job whose worker is still running it.
     fleet = make_fleet(workers_per_region=1, model_dir=standin(8.0, jitter=0.0), webhooks=True)
     client = make_client(fleet)

@@ -1,5 +1,5 @@
 """A region whose only worker is lost for good, and an input that cannot be decoded: every job
-still ends in a state its user can see, by the sweeper in the region's webhook sender."""
+still ends in a state its user can see, by the region's sweeper process."""
 
 from __future__ import annotations
 

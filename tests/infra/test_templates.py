@@ -96,11 +96,13 @@ def test_worker_user_data_runs_one_worker_per_gpu_for_its_region() -> None:
 
 
 def test_cpu_user_data_runs_the_services() -> None:
-    services = user_data(["web", "webhooks"], "all")
+    services = user_data(["web", "webhooks", "scheduler", "sweeper"], "all")
     router = user_data(["router"], "all")
 
     assert "ExecStart=/opt/animfleet/venv/bin/animfleet web --region eu-west\n" in services
     assert "ExecStart=/opt/animfleet/venv/bin/animfleet webhooks --region eu-west\n" in services
+    assert "ExecStart=/opt/animfleet/venv/bin/animfleet sweeper --region eu-west\n" in services
+    assert "systemctl enable --now animfleet-sweeper.service" in services
     assert "ExecStart=/opt/animfleet/venv/bin/animfleet router\n" in router
     assert "animfleet worker" not in services + router
     assert " all eu-west\n" in services
@@ -181,3 +183,14 @@ def test_the_example_passes_what_the_fleet_template_reads() -> None:
 
     assert template_fields, "the template reads no region field"
     assert template_fields <= passed
+
+
+def test_every_procfile_process_runs_in_a_terraform_group() -> None:
+    procfile = (checks.REPO / "Procfile").read_text().splitlines()
+    wanted = {line.partition(":")[0] for line in procfile if line and not line.startswith("#")}
+    compute = (checks.TERRAFORM / checks.MODULE / "compute.tf").read_text()
+    groups = re.findall(r"processes\s*=\s*\[([^\]]*)\]", compute)
+    deployed = {name for group in groups for name in re.findall(r'"([a-z]+)"', group)}
+
+    assert "sweeper" in wanted  # its own process, not a side task of the webhook sender
+    assert wanted <= deployed, f"in the Procfile, run by no instance group: {wanted - deployed}"

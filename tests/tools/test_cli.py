@@ -51,7 +51,7 @@ def test_help_is_fast_and_lists_the_commands() -> None:
     result = animfleet("--help")
     elapsed = time.perf_counter() - began
     assert result.returncode == 0, result.stderr
-    for command in ("worker", "submit", "get", "cancel", "train", "simulate", "plan"):
+    for command in ("worker", "sweeper", "submit", "get", "cancel", "train", "simulate", "plan"):
         assert command in result.stdout
     # Under 0.1 s on an idle machine; the margin is for a loaded one.
     assert elapsed < 2.0, f"animfleet --help took {elapsed:.2f} s"
@@ -101,7 +101,11 @@ def test_an_invalid_fleet_file_is_one_line(tmp_path: Path) -> None:
 
 def test_an_unknown_region_is_one_line_naming_it() -> None:
     image = str(cli.EXAMPLE_IMAGE)
-    for args in (("submit", "--region", "mars", image, "pan"), ("worker", "--region", "mars")):
+    for args in (
+        ("submit", "--region", "mars", image, "pan"),
+        ("worker", "--region", "mars"),
+        ("sweeper", "--region", "mars"),
+    ):
         result = animfleet(*args)
         line = _one_error_line(result)
         assert "unknown region 'mars'" in line
@@ -237,3 +241,16 @@ def test_a_bad_setting_is_one_line_naming_the_variable_and_value() -> None:
     assert result.returncode == 78
     (line,) = result.stderr.strip().splitlines()
     assert "ANIMFLEET_WORKER_SOFT_TIME_LIMIT_S='nine'" in line
+
+
+def test_a_bad_sweeper_setting_stops_it_before_it_touches_redis() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "tools.cli", "sweeper", "--region", "local"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "ANIMFLEET_SWEEPER_ORPHAN_AFTER_S": "-1"},
+    )
+    assert result.returncode == 78
+    (line,) = result.stderr.strip().splitlines()
+    assert "ANIMFLEET_SWEEPER_ORPHAN_AFTER_S='-1'" in line

@@ -1,11 +1,9 @@
 """The ``webhooks`` process of a region: a CPU Celery worker on queue ``webhooks.<region>``.
 
 Besides running delivery tasks (a thread pool: the work is waiting on receivers), its main
-process runs one :class:`Scheduler` thread that every ``poll_s``
-- claims due deliveries from the region's durable schedule and publishes one task each, and
-- expires queued jobs whose start deadline passed, so they end ``expired`` without a GPU even
-  when no worker is free to receive them (the gateway's reads and the GPU worker also check).
-This process is the one always-on, CPU-only process per region, which is why both live here.
+process runs one :class:`Scheduler` thread that every ``poll_s`` claims due deliveries from the
+region's durable schedule and publishes one task each. Expiring and recovering jobs is the
+sweeper process's work (:mod:`workers.sweeping`), so it goes on while this one is down.
 """
 
 from __future__ import annotations
@@ -26,7 +24,6 @@ from animfleet.metrics import port_from_env, serve
 from animfleet.netguard import NetGuard
 from animfleet.region.jobstore import JobStore
 from animfleet.region.outbox import DueSet, mark_sender_alive
-from animfleet.region.sweeper import Sweeper, SweepSettings
 from animfleet.topology import Region
 from storage import open_store
 from workers.webhooks.sender import Sender
@@ -40,13 +37,10 @@ def queue_name(region: Region) -> str:
 
 
 class Scheduler:
-    """Moves due deliveries onto the Celery queue; expires overdue queued jobs; sweeps the
-    region for jobs whose worker is gone (:mod:`animfleet.region.sweeper`)."""
+    """Moves due deliveries onto the Celery queue."""
 
-    def __init__(
-        self, app: Celery, sender: Sender, region: Region, sweeper: Sweeper | None = None
-    ) -> None:
-        self.app, self.sender, self.region, self.sweeper = app, sender, region, sweeper
+    def __init__(self, app: Celery, sender: Sender, region: Region) -> None:
+        self.app, self.sender, self.region = app, sender, region
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="webhook-scheduler", daemon=True)
 
@@ -68,10 +62,6 @@ class Scheduler:
                 queue=queue_name(self.region),
                 retry=True,
             )
-        for job_id in self.sender.store.expire_overdue(self.region.name, now):
-            log.info("job.transition", job_id=job_id, status="expired", region=self.region.name)
-        if self.sweeper is not None:
-            self.sweeper.sweep(now)
         alive_s = max(5.0, 3 * self.sender.settings.poll_s)
         mark_sender_alive(self.sender.store.redis, self.region.name, alive_s)
         return len(claimed)
@@ -112,8 +102,7 @@ def create_app(region: Region, settings: WebhookSettings, netguard: NetGuard) ->
         objects=open_store(region.storage),
         presign_expiry_s=region.storage.presign_expiry_s,
     )
-    sweeper = Sweeper(region, store, SweepSettings.from_env(), objects=sender.objects)
-    scheduler = Scheduler(app, sender, region, sweeper)
+    scheduler = Scheduler(app, sender, region)
 
     @app.task(name=WEBHOOK_TASK)  # type: ignore[untyped-decorator]
     def deliver(delivery_id: str, lease_until: float) -> None:

@@ -13,8 +13,10 @@ import redis
 from animfleet.jobs import JobOutput, JobParams, JobRecord, JobState
 from animfleet.region.affinity import DirectQueues
 from animfleet.region.archive import RecordArchive
+from animfleet.region.backlog import BACKLOGGED, Backlog
 from animfleet.region.jobstore import JobNotFound, JobStore
-from animfleet.region.keys import JOB_KEY
+from animfleet.region.keys import JOB_KEY, WEBHOOK_JOB_KEY
+from animfleet.region.outbox import load_delivery
 from animfleet.region.sweeper import Sweeper, SweepSettings
 from animfleet.region.workers import WorkerRegistry
 from animfleet.settings import load
@@ -127,6 +129,35 @@ def test_queued_jobs_wait_neither_forever_nor_in_a_region_without_workers(
     assert sweeper.sweep(now + 2).ended == {"sw.new": "expired"}  # no worker for 2 s
     new = store.get("sw.new")
     assert new.error is not None and new.error.code == "no_capacity"
+
+
+def test_backlog_jobs_of_a_region_without_workers_end_no_capacity_too(
+    store: JobStore, redis_client: redis.Redis, region: Region
+) -> None:
+    backlog = Backlog(redis_client, "sw")
+    for job_id in ("sw.b1", "sw.b2"):
+        job = JobRecord(
+            id=job_id, region="sw", home_region="sw", params=PARAMS, tenant="t",
+            webhook_url="https://hooks.example.com/animfleet",
+        )  # fmt: skip
+        answer = backlog.admit(
+            job, b"x", message="m", queue=region.queue, allowance=0.0, backlog=True
+        )
+        assert answer.outcome == BACKLOGGED  # no live worker: it waits in the backlog
+    sweeper = Sweeper(region, store, settings(orphan_after_s=1))
+    now = time.time()
+    assert sweeper.sweep(now).ended == {}  # the region has had no worker for under a second
+
+    assert sweeper.sweep(now + 2).ended == {"sw.b1": "expired", "sw.b2": "expired"}
+    for job_id in ("sw.b1", "sw.b2"):
+        record = store.get(job_id)
+        assert record.error is not None and record.error.code == "no_capacity"
+        assert not backlog.contains(job_id)  # gone from the backlog in the same transaction
+    assert backlog.depth() == 0 and redis_client.hlen(backlog.message_key) == 0
+    (delivery_id,) = redis_client.lrange(WEBHOOK_JOB_KEY + "sw.b1", 0, -1)
+    delivery = load_delivery(redis_client, delivery_id.decode())  # as for any terminal state
+    assert delivery is not None and delivery.type == "job.completed"
+    assert delivery.data["error"]["code"] == "no_capacity"
 
 
 def test_finished_records_move_to_the_bucket_and_stay_readable(

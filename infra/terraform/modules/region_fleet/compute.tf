@@ -83,7 +83,7 @@ locals {
   cpu_groups = merge(
     {
       services = {
-        processes = ["web", "webhooks", "scheduler"]
+        processes = ["web", "webhooks", "scheduler", "sweeper"]
         min_size  = var.services_min_size
         max_size  = var.services_max_size
       }

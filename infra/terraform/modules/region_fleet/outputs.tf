@@ -83,7 +83,7 @@ output "model_registry_uri" {
 }
 
 output "services_autoscaling_group_name" {
-  description = "The CPU group running `web` and `webhooks`."
+  description = "The CPU group running `web`, `webhooks`, `scheduler` and `sweeper`."
   value       = aws_autoscaling_group.cpu["services"].name
 }
 

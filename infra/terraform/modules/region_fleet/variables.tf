@@ -341,11 +341,11 @@ variable "version_worker_groups" {
 }
 
 ################################################################################
-# CPU services: web gateway, webhook sender, router
+# CPU services: web gateway, webhook sender, scheduler, sweeper, router
 ################################################################################
 
 variable "cpu_instance_type" {
-  description = "Instance type of the CPU group that runs `web` and `webhooks` (and of the router instance)."
+  description = "Instance type of the CPU group that runs `web`, `webhooks`, `scheduler` and `sweeper` (and of the router instance)."
   type        = string
   default     = "m7i.large"
 
@@ -367,18 +367,18 @@ variable "cpu_ami_ssm_parameter" {
 }
 
 variable "services_min_size" {
-  description = "Fewest CPU instances running `web` and `webhooks`."
+  description = "Fewest CPU instances running `web`, `webhooks`, `scheduler` and `sweeper`."
   type        = number
   default     = 1
 
   validation {
     condition     = var.services_min_size >= 1 && floor(var.services_min_size) == var.services_min_size
-    error_message = "`services_min_size` must be a whole number >= 1: the gateway and webhook sender must always run."
+    error_message = "`services_min_size` must be a whole number >= 1: the gateway and webhook sender must always run, and so must the sweeper (several copies are safe)."
   }
 }
 
 variable "services_max_size" {
-  description = "Most CPU instances running `web` and `webhooks` (they scale on CPU)."
+  description = "Most CPU instances running `web`, `webhooks`, `scheduler` and `sweeper` (they scale on CPU; every copy of the scheduler and sweeper is safe)."
   type        = number
   default     = 3
 
