@@ -68,7 +68,7 @@ def test_a_malformed_region_is_refused_naming_its_field(
 
 
 def test_region_masks_are_checked_like_the_jobs_mask() -> None:
-    regions, masks = take_region_masks(
+    _, masks = take_region_masks(
         [{"mask": _mask(), "kind": "pulse"}, {"mask": _mask(white=False), "kind": "pulse"}]
     )
     with pytest.raises(InvalidInput, match="animates no pixel") as caught:
