@@ -221,6 +221,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         frames=args.frames,
         out=Path(args.out),
         size=args.size,
+        brush=args.brush,
     )
 
 
@@ -368,6 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--frames", type=int, default=8, help="frames of the animation")
     demo.add_argument("--out", default="out/demo", help="where the MP4 goes")
+    demo.add_argument("--brush", action="store_true", help="instead: the motion-brush loop")
     demo.set_defaults(func=cmd_demo)
 
     add_simulation_commands(sub)  # simulate, plan
