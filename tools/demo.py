@@ -101,7 +101,7 @@ def run_demo(
         up = time.perf_counter() - started
         print(f"fleet up in {up:.1f}s: regions {', '.join(fleet.regions)}; model {fleet.model_dir}")
         client = Client(fleet.topology)
-        data, options = image.read_bytes(), {"width": size, "height": size}
+        data, options = image.read_bytes(), dict[str, Any](width=size, height=size)
         if brush:
             data, regions, (width, height) = brushed_demo()
             options = {"width": width, "height": height, "regions": regions, "loop": True}

@@ -171,12 +171,12 @@ def brushed_regions(
 def optical_flows(frames: Pixels) -> npt.NDArray[np.float32]:
     """(F-1, H, W, 2): Farneback flow of each consecutive pair (x, y in pixels)."""
     grey = [cv2.cvtColor(frame, cv2.COLOR_RGB2GRAY) for frame in frames]
-    return np.stack(
-        [
-            cv2.calcOpticalFlowFarneback(grey[t], grey[t + 1], None, 0.5, 4, 21, 5, 7, 1.5, 0)
-            for t in range(len(grey) - 1)
-        ]
-    )
+    farneback: Any = cv2.calcOpticalFlowFarneback  # its stubs want a flow array, not None
+    pairs = [
+        farneback(grey[t], grey[t + 1], None, 0.5, 4, 21, 5, 7, 1.5, 0)
+        for t in range(len(grey) - 1)
+    ]
+    return np.stack(pairs).astype(np.float32)
 
 
 def judge_region(
@@ -226,10 +226,10 @@ def run_brush_eval(animator: Any, out: Path) -> tuple[list[RegionScore], list[Cl
             frames = animator.animate(buffer.getvalue(), params, inputs=inputs)
             seconds = time.perf_counter() - started
             flows = optical_flows(frames)
-            grown = np.zeros((SIZE, SIZE), dtype=np.uint8)
+            union = np.zeros((SIZE, SIZE), dtype=np.uint8)
             for _, mask in regions:
-                grown |= mask.astype(np.uint8)
-            grown = cv2.dilate(grown, np.ones((2 * MARGIN + 1, 2 * MARGIN + 1), np.uint8))
+                union |= mask.astype(np.uint8)
+            grown = cv2.dilate(union, np.ones((2 * MARGIN + 1, 2 * MARGIN + 1), np.uint8))
             outside = float(np.hypot(flows[..., 0], flows[..., 1])[:, grown == 0].mean())
             loop_ratio = None
             if params.loop:
@@ -271,8 +271,8 @@ def summary(regions: list[RegionScore], clips: list[ClipScore]) -> tuple[str, bo
     for c in clips:
         loop = "-" if c.loop_ratio is None else f"{c.loop_ratio:.2f}"
         frame0 = "inf" if c.frame0_db >= 99 else f"{c.frame0_db:.1f}"
-        row = (c.photo, c.clip, c.outside, frame0, loop, c.seconds)
-        lines.append("{:<13} {:<17} {:>12.3f} {:>9} {:>10} {:>6.1f}".format(*row))
+        shown = (c.photo, c.clip, c.outside, frame0, loop, c.seconds)
+        lines.append("{:<13} {:<17} {:>12.3f} {:>9} {:>10} {:>6.1f}".format(*shown))
     share = sum(r.angle_error <= ANGLE_BAR for r in regions) / max(len(regions), 1)
     in_range = [SPEED_RANGE[0] <= r.speed_ratio <= SPEED_RANGE[1] for r in regions]
     ratios = [r.speed_ratio for r in regions]
