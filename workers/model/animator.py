@@ -23,7 +23,7 @@ from workers.errors import WorkerError
 from workers.model.addons import AddonError, AddonStore, job_addons, open_addons
 from workers.model.aot import AOTDenoiser, load_packages
 from workers.model.block_cache import BlockCache, install_block_cache
-from workers.model.brush import BrushMotion
+from workers.model.brush import BrushPlan
 from workers.model.brushed import job_motion
 from workers.model.compiled import CompiledModules, compile_modules
 from workers.model.loading import (
@@ -292,7 +292,7 @@ class Animator:
         on_step: StepCallback | None = None,
         features: Features | None = None,
         inputs: Mapping[str, bytes] | None = None,
-        brush: BrushMotion | None = None,
+        brush: BrushPlan | None = None,
     ) -> npt.NDArray[np.uint8]:
         """Frames of one fitted frame (H, W, 3 uint8); ``features``: its image features, when
         cached; ``inputs``: as :meth:`animate`'s; ``brush``: the brushed regions' motion,

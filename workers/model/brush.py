@@ -42,8 +42,10 @@ from PIL import Image, ImageOps
 from animfleet.brush import RegionUse, region_speed
 from animfleet.masks import THRESHOLD, decode_mask
 
-FIELD_SIDE = 512  # the long side fields are computed at (smooth: upsampled when sampled)
-TANGENT_SIDE = 128  # the long side the stroke's tangents are blended at
+# The long side fields are computed at: they are smooth (upsampled when sampled), and their
+# cost (the soft edge's filters, integrating the flow) grows with their area.
+FIELD_SIDE = 256
+TANGENT_SIDE = 64  # the long side the stroke's tangents are blended at
 MAX_SUBSTEP_PX = 1.0  # integration substeps move at most this many field pixels
 DEFAULT_AMPLITUDE = 0.02  # of the short side, for sway, ripple and pulse without amplitude
 GUIDE_EPS = 0.01  # guided filter regulariser (luminance in 0..1)
@@ -62,7 +64,18 @@ def feather_radius(height: int, width: int) -> int:
 
 
 def _box(x: torch.Tensor, radius: int) -> torch.Tensor:
-    return F.avg_pool2d(x, 2 * radius + 1, stride=1, padding=radius, count_include_pad=False)
+    """Mean over a (2 radius + 1)-square window, clipped at the border; separably (a clipped
+    window's sum and size are both products of the two axes')."""
+    size = 2 * radius + 1
+    rows = F.avg_pool2d(x, (1, size), stride=1, padding=(0, radius), count_include_pad=False)
+    return F.avg_pool2d(rows, (size, 1), stride=1, padding=(radius, 0), count_include_pad=False)
+
+
+def _grow(x: torch.Tensor, radius: int) -> torch.Tensor:
+    """Maximum over a (2 radius + 1)-square window, separably."""
+    size = 2 * radius + 1
+    rows = F.max_pool2d(x, (1, size), stride=1, padding=(0, radius))
+    return F.max_pool2d(rows, (size, 1), stride=1, padding=(radius, 0))
 
 
 def soft_alpha(inside: torch.Tensor, guide: torch.Tensor, radius: int) -> torch.Tensor:
@@ -75,8 +88,7 @@ def soft_alpha(inside: torch.Tensor, guide: torch.Tensor, radius: int) -> torch.
     a = cov / (var + GUIDE_EPS)
     b = mean_p - a * mean_i
     q = _box(a, radius) * guide + _box(b, radius)
-    grown = F.max_pool2d(inside, 4 * radius + 1, stride=1, padding=2 * radius)
-    core = -F.max_pool2d(-inside, 4 * radius + 1, stride=1, padding=2 * radius)
+    grown, core = _grow(inside, 2 * radius), -_grow(-inside, 2 * radius)
     alpha = torch.where(core > 0.5, torch.ones_like(q), q.clamp(0, 1) * grown)
     return torch.where(alpha < 1e-3, torch.zeros_like(alpha), alpha)
 
@@ -155,6 +167,10 @@ class BrushMotion:
         return bool(self.velocity.abs().amax() > 0)
 
     @property
+    def waves(self) -> bool:
+        return any(bool(part.abs().amax() > 0) for part in (self.swing, self.sine, self.cosine))
+
+    @property
     def nbytes(self) -> int:
         return sum(t.element_size() * t.numel() for t in self._tensors())
 
@@ -163,6 +179,8 @@ class BrushMotion:
 
     def periodic(self, t: int) -> torch.Tensor:
         """(2, h, w): the periodic displacement at frame ``t``."""
+        if not self.waves:
+            return torch.zeros_like(self.velocity)
         share = (t % self.frames) / self.frames
         triangle = 4 * share if share <= 0.25 else 2 - 4 * share if share <= 0.75 else 4 * share - 4
         phase = 2 * math.pi * share
@@ -186,6 +204,11 @@ class BrushPlan:
     motion: BrushMotion
     forward: list[torch.Tensor]
     backward: list[torch.Tensor]
+
+    @property
+    def nbytes(self) -> int:
+        paths = sum(t.element_size() * t.numel() for t in (*self.forward, *self.backward))
+        return self.motion.nbytes + paths
 
     def layers(self, t: int) -> list[tuple[float, torch.Tensor]]:
         """Frame ``t`` as (weight, displacement (2, h, w)) layers: a pixel at x shows the

@@ -9,7 +9,7 @@ from typing import Any
 
 from animfleet.brush import RegionUse, region_input
 from animfleet.jobs import JobParams
-from workers.model.brush import BrushMotion, build_motion
+from workers.model.brush import BrushPlan, build_motion
 from workers.model.templates import Pixels, TemplateCache
 
 
@@ -26,13 +26,14 @@ def job_regions(params: JobParams, inputs: Mapping[str, bytes]) -> list[tuple[Re
 
 def job_motion(
     animator: Any, image: bytes, frame: Pixels, params: JobParams, inputs: Mapping[str, bytes]
-) -> BrushMotion:
-    """The job's brushed motion at its size: held in the image's template when an earlier job
-    asked for the same regions (masks by content), else built now and kept there."""
+) -> BrushPlan:
+    """The job's brushed motion at its size, its trajectories integrated: held in the image's
+    template when an earlier job asked for the same regions (masks by content), else built
+    now and kept there."""
     regions = job_regions(params, inputs)
 
-    def build(fitted: Pixels) -> BrushMotion:
-        return build_motion(fitted, regions, params.frames, params.loop)
+    def build(fitted: Pixels) -> BrushPlan:
+        return build_motion(fitted, regions, params.frames, params.loop).plan()
 
     templates: TemplateCache | None = getattr(animator, "templates", None)
     if templates is None:  # a stand-in: nothing to keep it in

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from PIL import Image
 
 from animfleet.jobs import JobParams
-from workers.model.brush import BrushMotion, BrushPlan
+from workers.model.brush import BrushPlan
 from workers.model.fill import EdgeFill
 from workers.model.motion_unet import MotionUNet, pixel_centres, warp
 from workers.model.pipeline import AnimationPipeline, Conditions, StepCallback
@@ -281,7 +281,7 @@ def render_job(
     params: JobParams,
     variant: Served,
     on_step: StepCallback | None = None,
-    brush: BrushMotion | None = None,
+    brush: BrushPlan | None = None,
 ) -> npt.NDArray[np.uint8]:
     """A job's frames at the size of ``image`` (the requested one): the model runs at
     :func:`working_size` and :func:`render` brings its clip to full resolution, with
@@ -307,7 +307,7 @@ def render_job(
         )
         if brush is None:
             return render(image, clip, fill)
-        return render(image, still_camera(clip), fill, brush.plan())
+        return render(image, still_camera(clip), fill, brush)
     frames: npt.NDArray[np.uint8] = pipe(  # type: ignore[operator]
         small,
         params.prompt,
@@ -323,9 +323,8 @@ def render_job(
     return frames if brush is None else moved(frames, brush)
 
 
-def moved(frames: npt.NDArray[np.uint8], brush: BrushMotion) -> npt.NDArray[np.uint8]:
+def moved(frames: npt.NDArray[np.uint8], plan: BrushPlan) -> npt.NDArray[np.uint8]:
     """Frames (F, H, W, 3) each moved by the brush's motion at its index (frame 0 kept)."""
-    plan = brush.plan()
     height, width = frames.shape[1:3]
     base = pixel_centres(height, width)[None]
     out = frames.copy()
