@@ -45,7 +45,7 @@ lock:
 	rm -rf $(LOCK_VENV)
 
 demo: venv
-	$(PY) -m tools.cli demo
+	$(PY) -m tools.cli demo --brush --frames 16
 
 test: venv browser
 	$(PY) -m pytest
@@ -176,6 +176,17 @@ bench-addons: venv
 .PHONY: bench-mask
 bench-mask: venv
 	ANIMFLEET_TORCH_THREADS=1 nice -n 10 $(PY) -m benchmarks.mask_bench --out out/bench-mask
+
+# Motion brush: brushed regions on held-out photographs at 512 px scored by OpenCV optical flow
+# (direction, speed, stillness outside, frame 0, loop closure), and a brushed 512 px video vs
+# an unbrushed one through the served student, interleaved; both print PASS/FAIL on the bar.
+.PHONY: eval-brush bench-brush
+eval-brush: venv
+	ANIMFLEET_TORCH_THREADS=1 $(PY) -m tools.cli eval --brush \
+		--model models/animfleet-small-distilled --out out/eval-brush
+
+bench-brush: venv
+	ANIMFLEET_TORCH_THREADS=1 $(PY) -m benchmarks.brush_bench
 
 # Full-size output: the edge fill (resumable, state in run/fill; re-run to continue), the
 # held-out real photographs at 256 and 512 px (motion, first frame, the strip that comes into

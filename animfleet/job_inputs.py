@@ -2,10 +2,10 @@
 
 Every path that moves a job's input (admission, the backlog, hand-offs between regions, the
 cleanup of terminal jobs) moves one opaque value, so extra images (the job's mask, an add-on's
-control image) travel inside it rather than under keys of their own. A job with only its image
-stores the image's bytes as they are (the layout from before extra inputs existed); one with
-extra images stores :data:`MAGIC`, a JSON header line naming each part and its length, then
-the parts' bytes in that order.
+control image, a brushed region's mask) travel inside it rather than under keys of their own.
+A job with only its image stores the image's bytes as they are (the layout from before extra
+inputs existed); one with extra images stores :data:`MAGIC`, a JSON header line naming each
+part and its length, then the parts' bytes in that order.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from animfleet.errors import PermanentError
 
 MAGIC = b"animfleet-inputs/1\n"
 MASK = "mask"  # the extra holding the job's mask PNG (white animates)
+REGION_PREFIX = "region:"  # extras holding brushed regions' masks (animfleet.brush.region_input)
 NAME = re.compile(r"^[a-z][a-z0-9:_-]{0,63}$")
 
 
@@ -40,8 +41,17 @@ class JobInputs:
 
     @property
     def controls(self) -> dict[str, bytes]:
-        """The add-ons' control images: every extra but the mask."""
-        return {name: data for name, data in self.extras.items() if name != MASK}
+        """The add-ons' control images: every extra but the mask and the regions' masks."""
+        return {
+            name: data
+            for name, data in self.extras.items()
+            if name != MASK and not name.startswith(REGION_PREFIX)
+        }
+
+    @property
+    def region_masks(self) -> dict[str, bytes]:
+        """The motion-brush regions' masks by input name (``region:<i>``)."""
+        return {n: data for n, data in self.extras.items() if n.startswith(REGION_PREFIX)}
 
     def pack(self) -> bytes:
         """The blob to store; just the image's bytes when there are no extras."""

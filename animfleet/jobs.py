@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from animfleet.addons import AddonUse
+from animfleet.brush import RegionUse
 from animfleet.errors import AnimfleetError, PermanentError
 
 JOB_ID_TOKEN_BYTES = 16
@@ -152,6 +153,10 @@ class JobParams(BaseModel):
     addons: tuple[AddonUse, ...] = ()
     # sha256 of the mask PNG stored beside the input image (white animates); None: no mask.
     mask: str | None = None
+    # Motion-brush regions (each mask by its hash, stored beside the image) and whether the
+    # clip loops seamlessly (:mod:`animfleet.brush`); none and False: as before brushes.
+    regions: tuple[RegionUse, ...] = ()
+    loop: bool = False
 
 
 class WebhookAttempt(BaseModel):

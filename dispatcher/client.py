@@ -30,6 +30,7 @@ from animfleet.topology import Topology
 from dispatcher import batch, metrics, records
 from dispatcher.addons import AddonChecker, take_images
 from dispatcher.admission import AdmissionSettings, AtCapacity, BacklogFull
+from dispatcher.brush_input import check_region_masks, take_region_masks
 from dispatcher.errors import DispatcherError
 from dispatcher.inputs import AnimationRequest, InvalidInput, check_image, parse_request
 from dispatcher.lookup import STORED_CLIENT_JOB_ID, JobLookup, RegionLink
@@ -134,12 +135,23 @@ class Client(JobLookup):
         ``backlog_cap``: the tenant's own cap on its jobs waiting in a backlog, when tighter
         than the region's. ``mask``: a PNG of the image's size or aspect ratio, white where the
         image animates (elsewhere every frame is the image); stored with the image.
+        ``regions``: up to 8 motion-brush regions (:mod:`animfleet.brush`), each a mapping with
+        its ``mask`` (PNG bytes, like ``mask``), ``kind``, ``stroke``, ``speed``, ``amplitude``;
+        ``loop``: a seamless loop. The masks are stored with the image, hashed on the record.
         Raises :class:`dispatcher.inputs.InvalidInput` (naming the field) before anything is
         stored or published, and :class:`EnqueueFailed` if the broker cannot take the job.
         """
         addons, controls = take_images(options.pop("addons", ()))
-        request = parse_request(prompt=prompt, webhook_url=webhook_url, addons=addons, **options)
+        regions, region_masks = take_region_masks(options.pop("regions", ()))
+        request = parse_request(
+            prompt=prompt, webhook_url=webhook_url, addons=addons, regions=regions, **options
+        )
         _, image_width, image_height = check_image(image)
+        if request.regions and mask is not None:
+            raise InvalidInput(
+                "regions", "cannot be combined with mask: each region's own mask says what moves"
+            )
+        check_region_masks(region_masks, (image_width, image_height), request.width, request.height)
         masked = (
             None
             if mask is None
@@ -160,7 +172,9 @@ class Client(JobLookup):
         self.topology.region(home)
         fingerprint = records.fingerprint(image, request, home, mask)
         # The mask and add-ons' control images ride with the image in the one value stored.
-        stored = JobInputs(image, {**({MASK: mask} if mask is not None else {}), **controls}).pack()
+        # Brushed regions' masks too.
+        extras = {**({MASK: mask} if mask is not None else {}), **controls, **region_masks}
+        stored = JobInputs(image, extras).pack()
         sticky = idempotency_key or job_id or secrets.token_hex(8)
         choice = self.versions.choose(home, request.model, sticky)
         self.addons.check(home, request.addons)

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticCustomError
 
 from animfleet.addons import AddonUse, check_addons
+from animfleet.brush import RegionUse, check_regions
 from animfleet.errors import PermanentError
 from animfleet.jobs import DEFAULT_PRIORITY, DEFAULT_TENANT, MAX_PRIORITY
 from animfleet.versions import MODEL_FIELD
@@ -113,6 +114,9 @@ class AnimationRequest(BaseModel):
     model: str | None = Field(default=None, pattern=MODEL_FIELD)
     # Motion add-ons by name and strength; checked against the region when the job is placed.
     addons: tuple[AddonUse, ...] = ()
+    # Motion-brush regions (masks taken off by dispatcher.brush_input) and a seamless loop.
+    regions: tuple[RegionUse, ...] = ()
+    loop: bool = False
     webhook_url: str | None = Field(default=None, max_length=2048)
     webhook_events_filter: list[Literal["start", "progress", "completed"]] | None = Field(
         default=None, min_length=1, max_length=3
@@ -145,6 +149,11 @@ class AnimationRequest(BaseModel):
     @classmethod
     def _few_distinct_addons(cls, value: tuple[AddonUse, ...]) -> tuple[AddonUse, ...]:
         return check_addons(value)
+
+    @field_validator("regions")
+    @classmethod
+    def _few_regions(cls, value: tuple[RegionUse, ...]) -> tuple[RegionUse, ...]:
+        return check_regions(value)
 
     @field_validator("metadata")
     @classmethod

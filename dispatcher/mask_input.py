@@ -20,39 +20,43 @@ class CheckedMask:
     coverage: float
 
 
-def check_mask(data: bytes, image_size: tuple[int, int], width: int, height: int) -> CheckedMask:
+def check_mask(
+    data: bytes, image_size: tuple[int, int], width: int, height: int, field: str = "mask"
+) -> CheckedMask:
     """Check ``data`` as the mask of an image of ``image_size`` (width, height) animated at
-    ``width`` x ``height``; raises :class:`InvalidInput` on field ``mask``.
+    ``width`` x ``height``; raises :class:`InvalidInput` on ``field`` (``mask``, or a
+    brushed region's ``regions.<i>.mask``).
 
     The mask must be a PNG (white = animate) of the image's size or of its aspect ratio (it is
     then resized with it), and white somewhere once fitted to the frame: a mask that animates
     nothing is refused rather than run as a still video.
     """
     if not isinstance(data, bytes | bytearray):
-        raise InvalidInput("mask", f"must be bytes, got {type(data).__name__}")
+        raise InvalidInput(field, f"must be bytes, got {type(data).__name__}")
     try:
         fmt, mask_width, mask_height = check_image(bytes(data))
     except InvalidInput as error:
-        raise InvalidInput("mask", error.message) from None
+        raise InvalidInput(field, error.message) from None
     if fmt != "PNG":
-        raise InvalidInput("mask", f"must be a PNG (white = animate), got {fmt}")
+        raise InvalidInput(field, f"must be a PNG (white = animate), got {fmt}")
     size = (mask_width, mask_height)
     if size != image_size and not same_aspect(size, image_size):
         raise InvalidInput(
-            "mask",
+            field,
             f"is {mask_width}x{mask_height} pixels; it must be the image's size "
             f"({image_size[0]}x{image_size[1]}) or have its aspect ratio",
         )
     try:
         grey = decode_mask(bytes(data))
     except (OSError, ValueError, Image.DecompressionBombError) as error:
-        raise InvalidInput("mask", f"could not be decoded: {error}") from None
+        raise InvalidInput(field, f"could not be decoded: {error}") from None
     share = coverage(grey, width, height)
     if not share:
         lightest = grey.getextrema()[1]
         raise InvalidInput(
-            "mask",
+            field,
             f"animates no pixel at {width}x{height} (its lightest grey is {lightest}; white, "
-            "at least 128, animates): send no mask to animate the whole image",
+            "at least 128, animates)"
+            + (": send no mask to animate the whole image" if field == "mask" else ""),
         )
     return CheckedMask(hashlib.sha256(bytes(data)).hexdigest(), share)

@@ -44,6 +44,8 @@ def new_record(
             model_version=choice.version,
             addons=request.addons,
             mask=mask,
+            regions=request.regions,
+            loop=request.loop,
         ),
         webhook_url=request.webhook_url,
         webhook_events=list(request.webhook_events_filter or WEBHOOK_EVENTS),
@@ -62,9 +64,11 @@ def fingerprint(
     digest = hashlib.sha256(bytes(image))
     if mask is not None:  # none: the fingerprints of requests from before masks existed
         digest.update(b"mask:" + hashlib.sha256(bytes(mask)).digest())
-    # Without add-ons, the JSON of requests from before they existed: their keys still match.
-    digest.update(
-        request.model_dump_json(exclude={"addons"} if not request.addons else None).encode()
-    )
+    # Without add-ons, regions or a loop, the JSON of requests from before they existed:
+    # their keys still match. A region's mask is in it by its hash.
+    unused = {"addons"} if not request.addons else set()
+    unused |= {"regions"} if not request.regions else set()
+    unused |= {"loop"} if not request.loop else set()
+    digest.update(request.model_dump_json(exclude=unused or None).encode())
     digest.update(home.encode())
     return digest.hexdigest()

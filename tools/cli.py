@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from animfleet.topology import Region, Topology
     from dispatcher import Client
 
+from tools.brush_cli import add_region_arguments, regions_from_args
 from tools.cli_errors import (
     EX_USAGE,
     CliError,
@@ -162,11 +163,18 @@ def cmd_submit(args: argparse.Namespace) -> int:
             fps=args.fps,
             width=args.size,
             height=args.size,
+            **brushed(args),
         )
         print(job.id, flush=True)
         if args.wait:
             print(client.wait(job.id, args.wait).model_dump_json(indent=2))
     return 0
+
+
+def brushed(args: argparse.Namespace) -> dict[str, Any]:
+    """The submit's motion-brush options: its regions and loop, when given."""
+    regions = regions_from_args(args)
+    return {**({"regions": regions} if regions else {}), **({"loop": True} if args.loop else {})}
 
 
 @contextlib.contextmanager
@@ -229,6 +237,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         frames=args.frames,
         out=Path(args.out),
         size=args.size,
+        brush=args.brush,
     )
 
 
@@ -349,6 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--fps", type=int, default=8, help="frames per second")
     submit.add_argument("--size", type=int, default=64, help="width and height, pixels")
     submit.add_argument("--wait", type=float, default=0, help="seconds to wait for the result")
+    add_region_arguments(submit)  # --region-mask, --stroke, --kind, ..., --regions, --loop
     submit.set_defaults(func=cmd_submit)
 
     get = sub.add_parser("get", help="print a job record")
@@ -383,6 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--frames", type=int, default=8, help="frames of the animation")
     demo.add_argument("--out", default="out/demo", help="where the MP4 goes")
+    demo.add_argument("--brush", action="store_true", help="instead: the motion-brush loop")
     demo.set_defaults(func=cmd_demo)
 
     add_simulation_commands(sub)  # simulate, plan

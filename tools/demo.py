@@ -5,11 +5,11 @@ from __future__ import annotations
 import io
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import av
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageDraw
 from tqdm import tqdm
 
 from animfleet import logs
@@ -29,6 +29,37 @@ def demo_photo() -> Path:
     import matplotlib
 
     return Path(matplotlib.get_data_path()) / "sample_data" / "grace_hopper.jpg"
+
+
+# The brushed demo: scikit-learn's china.jpg (a pagoda over a lake), the lake flowing left,
+# the sky drifting right, as a seamless loop. Polygons and strokes in fractions of the photo.
+# The lake's mask keeps clear of the trees: a flow draws its upstream edge's pixels in.
+WATER = ((0.57, 0.54), (0.80, 0.54), (0.80, 0.64), (0.74, 0.68), (0.66, 0.72), (0.58, 0.74))
+SKY = ((0.53, 0.0), (1.0, 0.0), (1.0, 0.27), (0.53, 0.27))
+
+
+def brushed_demo() -> tuple[bytes, list[dict[str, Any]], tuple[int, int]]:
+    """The demo photograph (PNG), its two regions (as ``Client.submit`` takes them) and the
+    video's (width, height): 512 px wide at the photograph's aspect ratio."""
+    from tools.training.photos import photo_uint8
+
+    photo = Image.fromarray(photo_uint8("china"))
+    width, height = photo.size
+
+    def mask(polygon: tuple[tuple[float, float], ...]) -> bytes:
+        canvas = Image.new("L", photo.size, 0)
+        ImageDraw.Draw(canvas).polygon([(x * width, y * height) for x, y in polygon], fill=255)
+        buffer = io.BytesIO()
+        canvas.save(buffer, format="PNG")
+        return buffer.getvalue()
+
+    buffer = io.BytesIO()
+    photo.save(buffer, format="PNG")
+    regions = [
+        {"mask": mask(WATER), "kind": "flow", "stroke": [[0.78, 0.6], [0.6, 0.63]], "speed": 1.5},
+        {"mask": mask(SKY), "kind": "drift", "stroke": [[0.6, 0.12], [0.9, 0.12]], "speed": 1.0},
+    ]
+    return buffer.getvalue(), regions, (512, round(512 * height / width / 8) * 8)
 
 
 def contact_sheet(frames: list[np.ndarray], path: Path, scale: int = 2) -> Path:
@@ -56,7 +87,10 @@ def run_demo(
     frames: int,
     out: Path,
     size: int = 64,
+    brush: bool = False,
 ) -> int:
+    """One job through a local fleet; with ``brush``, the brushed demo (:func:`brushed_demo`:
+    two regions, a seamless loop, 512 px wide) instead of ``image`` and ``prompt``."""
     from dispatcher import Client
     from storage import open_store
 
@@ -68,14 +102,12 @@ def run_demo(
         up = time.perf_counter() - started
         print(f"fleet up in {up:.1f}s: regions {', '.join(fleet.regions)}; model {fleet.model_dir}")
         client = Client(fleet.topology)
-        job = client.submit(
-            image.read_bytes(),
-            prompt,
-            home_region=fleet.regions[0],
-            frames=frames,
-            width=size,
-            height=size,
-        )
+        data, options = image.read_bytes(), dict[str, Any](width=size, height=size)
+        if brush:
+            data, regions, (width, height) = brushed_demo()
+            options = {"width": width, "height": height, "regions": regions, "loop": True}
+            prompt = "still"
+        job = client.submit(data, prompt, home_region=fleet.regions[0], frames=frames, **options)
         print(f"submitted {job.id} to {job.region} ({prompt!r})")
         with tqdm(total=1, desc="queued", unit="step") as bar:
             record = job.get()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 
 from animfleet.addons import control_input
+from animfleet.brush import region_input
 from animfleet.errors import PermanentError
 from animfleet.job_inputs import JobInputs, MalformedInputs
 from animfleet.jobs import JobParams
@@ -21,7 +22,8 @@ class StoredInputMissing(StoredInputError):
 
 
 def stored_inputs(stored: bytes, params: JobParams) -> JobInputs:
-    """The job's stored inputs, its mask and each add-on's control image checked against the
+    """The job's stored inputs, its mask, each add-on's control image and each brushed
+    region's mask checked against the
     SHA-256 its record holds; raises :class:`StoredInputError` (:class:`StoredInputMissing`
     for one that is not there)."""
     try:
@@ -40,5 +42,13 @@ def stored_inputs(stored: bytes, params: JobParams) -> JobInputs:
         if control is None or hashlib.sha256(control).hexdigest() != use.image_sha256:
             raise StoredInputError(
                 f"add-on {use.name!r}: its stored control image is missing or not the one submitted"
+            )
+    for index, region in enumerate(params.regions):
+        stored_mask = inputs.extras.get(region_input(index))
+        if stored_mask is None:
+            raise StoredInputMissing(f"regions.{index}.mask: the region's mask is no longer stored")
+        if hashlib.sha256(stored_mask).hexdigest() != region.mask_sha256:
+            raise StoredInputError(
+                f"regions.{index}.mask: the stored mask is not the one submitted"
             )
     return inputs

@@ -197,11 +197,12 @@ class JobRunner:
         image, mask = inputs.image, inputs.mask
         params = record.params
         check_decodes(image)
-        if mask is not None:
+        decoded = {"mask": mask} if mask is not None else {}
+        for name, data in {**decoded, **inputs.region_masks}.items():
             try:
-                check_decodes(mask)
+                check_decodes(data)
             except JobFailed as failure:
-                raise JobFailed("input_invalid", f"mask: {failure.message}") from None
+                raise JobFailed("input_invalid", f"{name}: {failure.message}") from None
 
         def on_step(step: int, total: int) -> None:
             """Record progress; stop the job (raising) if it was canceled or ran past its
@@ -224,11 +225,11 @@ class JobRunner:
             raise JobFailed("model_unavailable", str(error)) from error
         if mask is not None:  # its template (fitted frame, features) builds in the background
             prefetch(animator, image, mask, params)
-        # Only masked jobs pass a mask, only jobs with add-ons' control images pass those:
-        # stand-in animators need not know either.
+        # Only masked jobs pass a mask, only jobs with add-ons' control images or brushed
+        # regions' masks pass those: stand-in animators need not know either.
         extra: dict[str, Any] = {"mask": mask} if mask is not None else {}
-        if inputs.controls:
-            extra["inputs"] = inputs.controls
+        if inputs.controls or inputs.region_masks:
+            extra["inputs"] = {**inputs.controls, **inputs.region_masks}
         started = time.perf_counter()
         try:
             if self.batch is None:

@@ -45,7 +45,20 @@ def job_body(image: Image, prompt: str, options: Mapping[str, Any]) -> dict[str,
         body["mask"] = image_field(body["mask"])
     if body.get("addons"):
         body["addons"] = [addon_field(addon) for addon in body["addons"]]
+    if body.get("regions"):
+        body["regions"] = [region_field(region) for region in body["regions"]]
     return body
+
+
+def region_field(region: Mapping[str, Any]) -> dict[str, Any]:
+    """A motion-brush region as sent: its ``mask`` (bytes, a file, a URL or a key) like the
+    job's image, its stroke as lists, unset fields left out."""
+    sent = {name: value for name, value in region.items() if value is not None}
+    if "mask" in sent:
+        sent["mask"] = image_field(sent["mask"])
+    if "stroke" in sent:
+        sent["stroke"] = [[float(x), float(y)] for x, y in sent["stroke"]]
+    return sent
 
 
 def addon_field(addon: Mapping[str, Any]) -> dict[str, Any]:

@@ -65,6 +65,8 @@ class AsyncAnimfleet:
     ) -> Job:
         """Enqueue a job (``options``: mask (a PNG, white animates), frames, fps, size, seed,
         webhook, deadline, metadata...).
+        ``regions``: motion-brush regions, each ``{"mask", "kind", "stroke", "speed",
+        "amplitude"}`` (the mask like ``image``); ``loop``: a seamless loop.
         ``wait``: answer once it finished or after that many seconds (at most 60)."""
         headers = {"Idempotency-Key": idempotency_key or _core.new_idempotency_key()}
         if wait:

@@ -66,6 +66,8 @@ class Animfleet:
         model, webhook, deadline, metadata...); ``model`` is a deployment or a pinned
         ``name@version``; ``addons``, each ``{"name", "scale"}`` and, for an image-conditioned
         one, its control ``image`` (bytes, a file, a URL or an ``inputs/`` key, like ``image``).
+        ``regions``: motion-brush regions, each ``{"mask", "kind", "stroke", "speed",
+        "amplitude"}`` (the mask like ``image``); ``loop``: a seamless loop.
         ``wait``: answer once it finished or after that many seconds (at most 60)."""
         headers = {"Idempotency-Key": idempotency_key or _core.new_idempotency_key()}
         if wait:

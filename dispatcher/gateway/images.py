@@ -113,13 +113,21 @@ def resolve_addon_images(
     slots: FetchSlots | None = None,
     tenant: str = "default",
 ) -> None:
-    """Replace each add-on's ``image`` in ``options`` (a URL, data URI or storage key, like
-    the job's image) by its bytes; errors name ``addons.<i>.image``."""
+    """Replace each add-on's ``image`` and each brushed region's ``mask`` in ``options`` (a
+    URL, data URI or storage key, like the job's image) by its bytes; errors name
+    ``addons.<i>.image`` and ``regions.<i>.mask``."""
     for index, addon in enumerate(options.get("addons") or ()):
         value = addon.get("image") if isinstance(addon, dict) else None
         if isinstance(value, str):
             addon["image"] = resolve_image(
                 value, netguard, objects, slots, tenant, field=f"addons.{index}.image"
+            )
+    # Each brushed region's mask travels the same ways (errors name regions.<i>.mask).
+    for index, region in enumerate(options.get("regions") or ()):
+        value = region.get("mask") if isinstance(region, dict) else None
+        if isinstance(value, str):
+            region["mask"] = resolve_image(
+                value, netguard, objects, slots, tenant, field=f"regions.{index}.mask"
             )
 
 

@@ -12,6 +12,13 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from animfleet.addons import ADDON_NAME, MAX_ADDONS, MAX_SCALE
+from animfleet.brush import (
+    MAX_AMPLITUDE,
+    MAX_REGIONS,
+    MAX_SPEED,
+    MAX_STROKE_POINTS,
+    Kind,
+)
 from animfleet.jobs import MAX_PRIORITY
 from animfleet.jobview import JobView
 from animfleet.versions import MODEL_FIELD
@@ -53,6 +60,7 @@ __all__ = [
     "ErrorResponse",
     "JobRequest",
     "JobView",
+    "RegionRequest",
     "RegionView",
     "Regions",
 ]
@@ -76,6 +84,37 @@ class AddonRequest(BaseModel):
         pattern=IMAGE_FIELD,
         description="the control image of an image-conditioned add-on (e.g. path: an arrow "
         "drawn light on dark): a URL, a base64 data URI or an inputs/ storage key",
+    )
+
+
+class RegionRequest(BaseModel):
+    """One motion-brush region: where (its mask) and how it moves (kind, stroke, speed,
+    amplitude); see the README's motion brush section. The dispatcher checks the rest (a
+    stroke the kind needs, points inside the frame)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    mask: str = Field(
+        min_length=1,
+        max_length=16 * 2**20,
+        pattern=IMAGE_FIELD,
+        description="PNG of the image's size or aspect ratio, white = the region, sent like "
+        "the image",
+    )
+    kind: Kind = Field(default="flow", description="flow, drift, sway, ripple or pulse")
+    stroke: list[Annotated[list[float], Field(min_length=2, max_length=2)]] | None = Field(
+        default=None,
+        min_length=2,
+        max_length=MAX_STROKE_POINTS,
+        description="[[x, y], ...], fractions (0-1) of width and height: the direction, and "
+        "by its length how far the content travels over the clip",
+        examples=[[[0.2, 0.7], [0.8, 0.7]]],
+    )
+    speed: float | None = Field(
+        default=None, gt=0, le=MAX_SPEED, description="pixels per frame (overrides the stroke)"
+    )
+    amplitude: float | None = Field(
+        default=None, gt=0, le=MAX_AMPLITUDE, description="pixels, for sway, ripple and pulse"
     )
 
 
@@ -136,6 +175,18 @@ class JobRequest(BaseModel):
         description="motion add-ons by name with a strength (0-2), each at most once; an "
         "image-conditioned one with its control image",
         examples=[[{"name": "shake", "scale": 1.0}]],
+    )
+    regions: list[RegionRequest] | None = Field(
+        default=None,
+        max_length=MAX_REGIONS,
+        description="motion-brush regions: inside each the content moves as its kind and "
+        "stroke say; outside every region the picture keeps still (or follows the prompt's "
+        "camera motion)",
+    )
+    loop: bool | None = Field(
+        default=None,
+        description="a seamless loop: the last frame leads into the first",
+        json_schema_extra={"default": False},
     )
     webhook: str | None = Field(
         default=None, max_length=2048, description="URL that receives signed events"

@@ -108,6 +108,66 @@ def test_the_playground_submits_follows_and_plays_the_video(
     assert key not in (fleet.root / "logs" / f"web-{REGION}.log").read_text()
 
 
+def test_the_playground_paints_a_region_draws_a_stroke_and_plays_the_loop(
+    fleet: LocalFleet, key: str, tmp_path: Path, make_image: Callable[..., bytes]
+) -> None:
+    image = tmp_path / "input.png"
+    image.write_bytes(make_image(96, 64, 5))
+    browser = _chrome()
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+    from selenium.webdriver.support.ui import Select
+
+    assert isinstance(browser, WebDriver)
+    try:
+        browser.get(fleet.gateway_url())
+        browser.find_element(By.ID, "key").send_keys(key)
+        browser.find_element(By.ID, "image").send_keys(str(image))
+        canvas = browser.find_element(By.ID, "canvas")
+        _until(lambda: canvas.is_displayed() and canvas.size["width"] > 0, 10, "the canvas")
+        sizes = [o.text for o in Select(browser.find_element(By.ID, "size")).options]
+        Select(browser.find_element(By.ID, "size")).select_by_visible_text("128")
+        browser.find_element(By.ID, "add-region").click()
+        width = canvas.size["width"]
+        # Paint a patch left of centre, then draw a stroke to the right across it.
+        paint = ActionChains(browser).move_to_element_with_offset(canvas, -width // 6, 0)
+        paint.click_and_hold().move_by_offset(width // 10, 5).move_by_offset(0, 10).release()
+        paint.perform()
+        browser.find_element(By.ID, "mode-stroke").click()
+        stroke = ActionChains(browser).move_to_element_with_offset(canvas, -width // 4, 0)
+        stroke.click_and_hold().move_by_offset(width // 8, 0).move_by_offset(width // 8, 0)
+        stroke.release().perform()
+        browser.find_element(By.ID, "loop").click()
+        regions = browser.find_element(By.ID, "regions").text
+        _until(lambda: '"regions"' in browser.find_element(By.ID, "curl").text, 10, "curl")
+        curl = browser.find_element(By.ID, "curl").text
+        browser.find_element(By.ID, "submit").click()
+        script = (
+            "const v = document.getElementById('video');"
+            " return [v.currentSrc, v.paused, v.currentTime, v.readyState];"
+        )
+        _until(lambda: browser.execute_script(script)[2] > 0, 60, "the video to play")
+        src, paused, _, ready = browser.execute_script(script)
+        status = browser.find_element(By.ID, "status").text
+        log = browser.find_element(By.ID, "log").text
+        browser.save_screenshot(str(SCREENSHOT.with_name("playground-brush.png")))
+    finally:
+        browser.quit()
+    assert sizes == ["64", "128", "256", "384", "512", "768", "1024"]
+    assert "region 0: flow, painted, stroke of" in regions and '"loop":true' in curl
+    assert src and not paused and ready >= 2 and status == "succeeded"
+    assert "succeeded" in log
+    jobs = httpx.get(
+        f"{fleet.gateway_url()}/v1/jobs", headers={"Authorization": f"Bearer {key}"}, timeout=10
+    ).json()
+    latest = jobs["jobs"][0]  # newest first: this one
+    [region] = latest["input"]["regions"]
+    assert region["kind"] == "flow" and len(region["mask_sha256"]) == 64
+    assert len(region["stroke"]) >= 2 and region["stroke"][0][0] < region["stroke"][-1][0]
+    assert latest["input"]["loop"] is True
+
+
 def test_the_async_sdk_submits_waits_and_downloads_many(
     fleet: LocalFleet, key: str, make_image: Callable[..., bytes]
 ) -> None:

@@ -165,6 +165,12 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
         "frame, the strip that comes into view vs border replication and upscaling)",
     )
     parser.add_argument("--photo-sizes", default="256,512", help="with --photos: pixels")
+    parser.add_argument(
+        "--brush",
+        action="store_true",
+        help="instead: motion-brush regions on held-out photographs at 512 px, scored by "
+        "OpenCV optical flow (direction, speed, stillness outside, frame 0, loop closure)",
+    )
     parser.add_argument("--fill", default=str(FILL_DIR), help="edge fill")
     parser.add_argument(
         "--student",
@@ -184,6 +190,8 @@ def evaluate(args: argparse.Namespace) -> int:
     from tools.training.evaluate import EvalSettings, run_eval
 
     _threads()
+    if args.brush:
+        return evaluate_brush(args)
     if args.photos:
         return evaluate_photos(args)
     if args.student:
@@ -204,6 +212,17 @@ def evaluate(args: argparse.Namespace) -> int:
         report_json = json.loads((Path(args.out) / "report.json").read_text())
         print(f"model card: {write_card(Path(args.model), report_json)}")
     return 0
+
+
+def evaluate_brush(args: argparse.Namespace) -> int:
+    from tools.training.brush_eval import run_brush_eval, served_animator, summary
+
+    animator = served_animator(Path(args.model))  # the worker's own: edge fill, renderer
+    regions, clips = run_brush_eval(animator, Path(args.out))
+    table, passed = summary(regions, clips)
+    print(table)
+    print(f"report: {Path(args.out) / 'brush.json'}")
+    return 0 if passed else 1
 
 
 def evaluate_photos(args: argparse.Namespace) -> int:

@@ -87,7 +87,9 @@ class BatchEngine:
         extra: dict[str, Any] = {"mask": mask} if mask is not None else {}
         if inputs:
             extra["inputs"] = inputs
-        if not batchable(animator):  # a stand-in, an SVD checkpoint: one at a time
+        # A stand-in, an SVD checkpoint, a brushed job (rendered with its regions' motion):
+        # one at a time.
+        if not batchable(animator) or params.regions:
             with self._solo:
                 frames: npt.NDArray[np.uint8] = animator.animate(image, params, on_step, **extra)
             return frames

@@ -24,6 +24,8 @@ from workers.model.addons import AddonError, AddonStore, job_addons, open_addons
 from workers.model.aot import AOTDenoiser, load_packages
 from workers.model.block_cache import BlockCache, install_block_cache
 from workers.model.boot_tune import SharedProfiles, measure
+from workers.model.brush import BrushPlan
+from workers.model.brushed import job_motion
 from workers.model.compiled import CompiledModules, compile_modules
 from workers.model.loading import (
     ShapeBucket,
@@ -312,7 +314,8 @@ class Animator:
     ) -> npt.NDArray[np.uint8]:
         """Frames (T, H, W, 3 uint8) for one job; raises :class:`ModelError` on failure.
         With ``mask`` (a PNG) only its white part moves (:mod:`workers.model.masked`).
-        ``inputs``: the job's extra images by input name (add-ons' control images)."""
+        ``inputs``: the job's extra images by input name (add-ons' control images, brushed
+        regions' masks: :mod:`workers.model.brushed`)."""
         if mask is not None:
             if inputs:
                 raise ModelError("a masked job cannot take an image-conditioned add-on yet")
@@ -321,7 +324,13 @@ class Animator:
             except ValueError as error:
                 raise ModelError(f"mask: {error}") from error
         frame, features = whole_frame(self, image, params)  # from the template cache
-        return self.run_frames(frame, params, on_step, features, inputs)
+        brush = None
+        if params.regions:
+            try:
+                brush = job_motion(self, image, frame, params, inputs or {})
+            except ValueError as error:
+                raise ModelError(str(error)) from error
+        return self.run_frames(frame, params, on_step, features, inputs, brush)
 
     def run_frames(
         self,
@@ -330,15 +339,19 @@ class Animator:
         on_step: StepCallback | None = None,
         features: Features | None = None,
         inputs: Mapping[str, bytes] | None = None,
+        brush: BrushPlan | None = None,
     ) -> npt.NDArray[np.uint8]:
         """Frames of one fitted frame (H, W, 3 uint8); ``features``: its image features, when
-        cached; ``inputs``: as :meth:`animate`'s. Raises :class:`ModelError`."""
+        cached; ``inputs``: as :meth:`animate`'s; ``brush``: the brushed regions' motion,
+        composed with the model's (a brushed job is always rendered). Raises
+        :class:`ModelError`."""
         extra = {"features": features} if features is not None else {}
         try:
             with self._kernels(), self._addons_active(params, inputs):
-                if renders(*pixels.shape[:2]):  # the U-Net at its working size, then render
+                # The U-Net at its working size, then rendered (with the brush's motion).
+                if renders(*pixels.shape[:2]) or brush is not None:
                     pipe, fill, variant = self.pipeline, self.fill, self.variant
-                    return render_job(pipe, fill, pixels, params, variant, on_step)
+                    return render_job(pipe, fill, pixels, params, variant, on_step, brush)
                 frames: npt.NDArray[np.uint8] = self.pipeline(
                     pixels,
                     params.prompt,

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from PIL import Image
 
 from animfleet.jobs import JobParams
+from workers.model.brush import BrushPlan
 from workers.model.fill import EdgeFill
 from workers.model.motion_unet import MotionUNet, pixel_centres, warp
 from workers.model.pipeline import AnimationPipeline, Conditions, StepCallback
@@ -35,6 +36,11 @@ WORKING_SIDE = 64
 FILL_DIR_NAME = "animfleet-edge-fill"
 # Output frames rendered together: bounds the memory of a 1024 px, 32-frame video.
 CHUNK = 4
+# A brushed job's camera is still when the model's flow moves less than this (working-size
+# pixels per frame, averaged over the frame): the model's own imprecision on a still prompt
+# (about 0.05) would otherwise wobble the background the brush leaves still by a few tenths of
+# a pixel at 512 px. Every prompted camera motion moves far faster.
+STILL_PX_PER_FRAME = 0.15
 
 
 def working_size(
@@ -197,11 +203,15 @@ def to_uint8(frames: torch.Tensor) -> npt.NDArray[np.uint8]:
 
 @torch.inference_mode()
 def render(
-    image: npt.NDArray[np.uint8], clip: WorkingClip, fill: EdgeFill | None = None
+    image: npt.NDArray[np.uint8],
+    clip: WorkingClip,
+    fill: EdgeFill | None = None,
+    brush: BrushPlan | None = None,
 ) -> npt.NDArray[np.uint8]:
     """Frames (F, H, W, 3 uint8) at the size of ``image`` (H, W, 3 uint8): the full-resolution
     image warped by the upsampled flow plus the upsampled residual, the strip that came into
-    view from ``fill`` (border replication without one), frame 0 the image itself."""
+    view from ``fill`` (border replication without one), frame 0 the image itself. With
+    ``brush``, each point the flow samples is moved again by the brushed regions' motion."""
     height, width = image.shape[:2]
     count = clip.flow.shape[0]
     # On 0-255 levels throughout: the full-size tensors skip a rescale pass each.
@@ -224,16 +234,34 @@ def render(
             working[start:stop], size=(height, width), mode="bilinear", align_corners=False
         )
         grid = base + up[:, :2].permute(0, 2, 3, 1)
-        source = full.expand(stop - start, -1, -1, -1)
-        frames = F.grid_sample(
-            source, grid, mode="bilinear", padding_mode="border", align_corners=False
-        )
+        if brush is None:
+            source = full.expand(stop - start, -1, -1, -1)
+            frames = F.grid_sample(
+                source, grid, mode="bilinear", padding_mode="border", align_corners=False
+            )
+        else:
+            frames = brush.sample(full, grid, start)
         frames += up[:, 2:5]
         if fill is not None:
             frames = torch.where(outside(grid).bool(), up[:, 5:8], frames)
         levels = frames.clamp_(0, 255).round_().to(torch.uint8)
         out[start:stop] = levels.permute(0, 2, 3, 1).numpy()
     return out
+
+
+def still_camera(clip: WorkingClip) -> WorkingClip:
+    """``clip`` as it is, or with no flow and no residual when its camera moves less than
+    :data:`STILL_PX_PER_FRAME` (then the brushed regions are all that moves)."""
+    height, width = clip.flow.shape[-2:]
+    pixels = clip.flow.abs() * torch.tensor([width / 2, height / 2])[:, None, None]
+    steps = torch.arange(1, clip.flow.shape[0], dtype=torch.float32)
+    if steps.numel() == 0:
+        return clip
+    per_frame = pixels[1:].mean(dim=(1, 2, 3)) / steps
+    if float(per_frame.max()) >= STILL_PX_PER_FRAME:
+        return clip
+    small = clip.image.expand_as(clip.frames)
+    return WorkingClip(clip.image, small, torch.zeros_like(clip.flow), torch.zeros_like(small))
 
 
 def upscale(frames: npt.NDArray[np.uint8], height: int, width: int) -> npt.NDArray[np.uint8]:
@@ -264,10 +292,12 @@ def render_job(
     params: JobParams,
     variant: Served,
     on_step: StepCallback | None = None,
+    brush: BrushPlan | None = None,
 ) -> npt.NDArray[np.uint8]:
     """A job's frames at the size of ``image`` (the requested one): the model runs at
-    :func:`working_size` and :func:`render` brings its clip to full resolution. A pipeline
-    without a flow (an SVD checkpoint) has its frames upscaled instead."""
+    :func:`working_size` and :func:`render` brings its clip to full resolution, with
+    ``brush``'s regions moving. A pipeline without a flow (an SVD checkpoint) has its frames
+    upscaled instead, the brush then moving each frame's pixels."""
     height, width = image.shape[:2]
     small = downsample(image, *working_size(height, width))
     steps = params.steps or variant.steps
@@ -286,7 +316,9 @@ def render_job(
             params.seed,
             on_step,
         )
-        return render(image, clip, fill)
+        if brush is None:
+            return render(image, clip, fill)
+        return render(image, still_camera(clip), fill, brush)
     frames: npt.NDArray[np.uint8] = pipe(  # type: ignore[operator]
         small,
         params.prompt,
@@ -298,4 +330,18 @@ def render_job(
         seed=params.seed,
         on_step=on_step,
     )
-    return upscale(frames, height, width)
+    frames = upscale(frames, height, width)
+    return frames if brush is None else moved(frames, brush)
+
+
+def moved(frames: npt.NDArray[np.uint8], plan: BrushPlan) -> npt.NDArray[np.uint8]:
+    """Frames (F, H, W, 3) each moved by the brush's motion at its index (frame 0 kept)."""
+    height, width = frames.shape[1:3]
+    base = pixel_centres(height, width)[None]
+    out = frames.copy()
+    with torch.inference_mode():
+        for t in range(1, frames.shape[0]):
+            pixels = torch.from_numpy(np.ascontiguousarray(frames[t])).permute(2, 0, 1)[None]
+            shifted = plan.sample(pixels.float(), base, t)[0].clamp(0, 255).round()
+            out[t] = shifted.to(torch.uint8).permute(1, 2, 0).numpy()
+    return out

@@ -4,7 +4,9 @@ A template is keyed by ``sha256(image bytes as submitted)`` and holds the decode
 fitted frame at each size asked for, the conditioning features (the image latent and the CLIP
 image token) of each box the model runs on (the whole frame, or a mask's box), and each mask's
 fitted region (keyed by the mask's own hash). None of it depends on the prompt, the seed or the
-step, so every request with the same image (and mask) reuses it. Entries live in worker memory
+step, so every request with the same image (and mask) reuses it. Values derived from a frame
+and a job's other inputs (a brushed job's motion fields, :mod:`workers.model.brush`) are kept
+with the image's template too (:meth:`TemplateCache.derived`). Entries live in worker memory
 under a byte cap, least recently used first out; they are built on one background thread, so a
 load never runs inside a denoising step, and a request for a template being built waits for
 that build instead of repeating it. :meth:`TemplateCache.held` lists the hashes held, for
@@ -16,9 +18,10 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -33,6 +36,7 @@ Prepare = Callable[[bytes, int, int], Pixels]
 Encode = Callable[[Pixels], Features]
 Regionize = Callable[[bytes, int, int], MaskRegion]
 DEFAULT_MAX_BYTES = 256 * 2**20
+Derived = TypeVar("Derived")
 
 
 def content_hash(data: bytes) -> str:
@@ -61,13 +65,16 @@ class Template:
     frames: dict[tuple[int, int], Pixels] = field(default_factory=dict)  # (width, height)
     regions: dict[Request, MaskRegion] = field(default_factory=dict)
     features: dict[tuple[int, int, Box], Features] = field(default_factory=dict)
+    # Values derived from a frame and other inputs (each with ``nbytes``), by their key.
+    derived: dict[Hashable, Any] = field(default_factory=dict)
 
     @property
     def nbytes(self) -> int:
         arrays = sum(frame.nbytes for frame in self.frames.values())
         masks = sum(r.inside.nbytes + r.alpha.nbytes for r in self.regions.values())
         tensors = sum(t.element_size() * t.numel() for f in self.features.values() for t in f)
-        return arrays + masks + tensors
+        derived = sum(int(getattr(value, "nbytes", 0)) for value in self.derived.values())
+        return arrays + masks + tensors + derived
 
     def has(self, request: Request, encoded: bool) -> bool:
         if request.size not in self.frames:
@@ -149,6 +156,33 @@ class TemplateCache:
         """``image``'s template, loading it (on the background thread) if it is not held."""
         return self.prefetch(image, width, height, mask).result()
 
+    def derived(
+        self,
+        image: bytes,
+        width: int,
+        height: int,
+        key: Hashable,
+        build: Callable[[Pixels], Derived],
+    ) -> Derived:
+        """The value ``build`` derives from ``image``'s frame at ``width`` x ``height`` (and
+        whatever ``key`` names besides: a brushed job's regions), held with the image's
+        template: built now (in the caller's thread) the first time, then served."""
+        template = self.get(image, width, height)
+        with self._lock:
+            held = self._entries.get(template.key, template).derived.get(key)
+            if held is not None:
+                self.hits += 1
+                return held  # type: ignore[no-any-return]
+            self.misses += 1
+        value = build(template.frames[(width, height)])
+        with self._lock:
+            current = self._entries.get(template.key)
+            if current is not None:  # a new template: a job reading the held one sees no change
+                grown = replace(current, derived={**current.derived, key: value})
+                self._entries[template.key] = grown
+                self._evict()
+        return value
+
     def clear(self) -> None:
         """Forget every template (loads under way still finish and are kept)."""
         with self._lock:
@@ -167,6 +201,7 @@ class TemplateCache:
                 dict(held.frames) if held else {},
                 dict(held.regions) if held else {},
                 dict(held.features) if held else {},
+                dict(held.derived) if held else {},
             )
             frame = template.frames.get(request.size)
             if frame is None:
