@@ -66,8 +66,9 @@ export interface paths {
         get: operations["get_job_v1_jobs__job_id__get"];
         /**
          * Put Job
-         * @description Enqueue a job under a client-chosen id (1-64 of ``A-Za-z0-9_-``); idempotent: the same
-         *     id with the same body returns that job, with another body 409.
+         * @description Enqueue a job under a client-chosen id (1-64 of ``A-Za-z0-9_-``), your tenant's own (another
+         *     tenant's job of the same id is another job); idempotent: the same id with the same body
+         *     returns that job, with another body 409.
          */
         put: operations["put_job_v1_jobs__job_id__put"];
         post?: never;
@@ -283,6 +284,17 @@ export interface components {
              */
             addons?: components["schemas"]["AddonRequest"][] | null;
             /**
+             * Regions
+             * @description motion-brush regions: inside each the content moves as its kind and stroke say; outside every region the picture keeps still (or follows the prompt's camera motion)
+             */
+            regions?: components["schemas"]["RegionRequest"][] | null;
+            /**
+             * Loop
+             * @description a seamless loop: the last frame leads into the first
+             * @default false
+             */
+            loop?: boolean | null;
+            /**
              * Webhook
              * @description URL that receives signed events
              */
@@ -445,6 +457,16 @@ export interface components {
             addons?: components["schemas"]["AddonUse"][];
             /** Mask */
             mask?: string | null;
+            /**
+             * Regions
+             * @default []
+             */
+            regions?: components["schemas"]["RegionUse"][];
+            /**
+             * Loop
+             * @default false
+             */
+            loop?: boolean;
         };
         /** JobProgress */
         JobProgress: {
@@ -534,6 +556,17 @@ export interface components {
              *     ]
              */
             addons?: components["schemas"]["AddonRequest"][] | null;
+            /**
+             * Regions
+             * @description motion-brush regions: inside each the content moves as its kind and stroke say; outside every region the picture keeps still (or follows the prompt's camera motion)
+             */
+            regions?: components["schemas"]["RegionRequest"][] | null;
+            /**
+             * Loop
+             * @description a seamless loop: the last frame leads into the first
+             * @default false
+             */
+            loop?: boolean | null;
             /**
              * Webhook
              * @description URL that receives signed events
@@ -650,6 +683,87 @@ export interface components {
             /** Content Type */
             content_type: string;
         };
+        /**
+         * RegionRequest
+         * @description One motion-brush region: where (its mask) and how it moves (kind, stroke, speed,
+         *     amplitude); see the README's motion brush section. The dispatcher checks the rest (a
+         *     stroke the kind needs, points inside the frame).
+         */
+        RegionRequest: {
+            /**
+             * Mask
+             * @description PNG of the image's size or aspect ratio, white = the region, sent like the image
+             */
+            mask: string;
+            /**
+             * Kind
+             * @description flow, drift, sway, ripple or pulse
+             * @default flow
+             * @enum {string}
+             */
+            kind?: "flow" | "drift" | "sway" | "ripple" | "pulse";
+            /**
+             * Stroke
+             * @description [[x, y], ...], fractions (0-1) of width and height: the direction, and by its length how far the content travels over the clip
+             * @example [
+             *       [
+             *         0.2,
+             *         0.7
+             *       ],
+             *       [
+             *         0.8,
+             *         0.7
+             *       ]
+             *     ]
+             */
+            stroke?: number[][] | null;
+            /**
+             * Speed
+             * @description pixels per frame (overrides the stroke)
+             */
+            speed?: number | null;
+            /**
+             * Amplitude
+             * @description pixels, for sway, ripple and pulse
+             */
+            amplitude?: number | null;
+        };
+        /**
+         * RegionUse
+         * @description One brushed region of a job, as its record holds it (the mask by its hash).
+         */
+        RegionUse: {
+            /**
+             * Kind
+             * @description how the region moves
+             * @default flow
+             * @enum {string}
+             */
+            kind?: "flow" | "drift" | "sway" | "ripple" | "pulse";
+            /**
+             * Stroke
+             * @description [[x, y], ...] as fractions (0-1) of width and height: the direction, and by its length the distance travelled over the clip
+             */
+            stroke?: [
+                number,
+                number
+            ][] | null;
+            /**
+             * Speed
+             * @description pixels per frame at the output size (overrides the stroke's length)
+             */
+            speed?: number | null;
+            /**
+             * Amplitude
+             * @description pixels at the output size, for sway, ripple and pulse
+             */
+            amplitude?: number | null;
+            /**
+             * Mask Sha256
+             * @description the SHA-256 of the region's mask, stored with the job's inputs
+             */
+            mask_sha256?: string | null;
+        };
         /** RegionView */
         RegionView: {
             /** Name */
@@ -753,7 +867,7 @@ export interface operations {
                 created_after?: number | null;
                 /** @description unix seconds, exclusive */
                 created_before?: number | null;
-                /** @description from `next_cursor`; one this API did not hand out answers 404 */
+                /** @description from `next_cursor`; one this API did not hand out answers 404, one that cannot be a position (a created time that is not finite) 400 */
                 cursor?: string | null;
                 limit?: number;
             };
@@ -770,6 +884,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["JobList"];
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
             /** @description Unauthorized */
