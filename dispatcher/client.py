@@ -31,9 +31,15 @@ from dispatcher import batch, metrics, records
 from dispatcher.addons import AddonChecker, take_images
 from dispatcher.admission import AdmissionSettings, AtCapacity, BacklogFull
 from dispatcher.errors import DispatcherError
-from dispatcher.inputs import AnimationRequest, InvalidInput, check_image, parse_request
+from dispatcher.inputs import (
+    AnimationRequest,
+    InvalidInput,
+    check_image,
+    default_size,
+    parse_request,
+)
 from dispatcher.lookup import CLIENT_JOB_ID, JobLookup, RegionLink
-from dispatcher.mask_input import check_mask
+from dispatcher.mask_input import check_mask, check_mask_addons
 from dispatcher.placement import Placement, RoutingCache, admission_settings_from_env
 from dispatcher.versions import WORKER_MODEL, Choice, VersionChooser
 
@@ -138,13 +144,18 @@ class Client(JobLookup):
         stored or published, and :class:`EnqueueFailed` if the broker cannot take the job.
         """
         addons, controls = take_images(options.pop("addons", ()))
-        request = parse_request(prompt=prompt, webhook_url=webhook_url, addons=addons, **options)
         _, image_width, image_height = check_image(image)
+        given = options.get("width"), options.get("height")
+        if all(side is None or type(side) is int for side in given):  # else validation says why
+            options["width"], options["height"] = default_size(image_width, image_height, *given)
+        request = parse_request(prompt=prompt, webhook_url=webhook_url, addons=addons, **options)
         masked = (
             None
             if mask is None
             else check_mask(mask, (image_width, image_height), request.width, request.height)
         )
+        if mask is not None:
+            check_mask_addons(request.addons, controls)
         if request.webhook_url is not None:
             try:
                 self.netguard.check_url(request.webhook_url)
