@@ -17,7 +17,7 @@ import torch
 
 from tools.training.fill_data import FillBatch, FillData
 from tools.training.loop import CHECKPOINT, RunState, run_steps, update_ema, write_checkpoint
-from workers.model.fill import EdgeFill
+from workers.model.edge_fill import EdgeFill
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,142 @@
+"""Filling unknown pixels from their surroundings: what a camera move brings into view, and
+the holes a region's motion opens.
+
+The fill is border replication (each unknown pixel takes its nearest known pixel) blurred
+over a width that grows with the distance from the known pixels: a Gaussian-like blur of
+``SPREAD`` x distance, read from an area pyramid of the replicated frame. Next to the known
+pixels it equals them (no seam); farther out the replication's streaks fade into the local
+colour (no blotches). Every filled value is an average of the frame's own pixels, so it stays
+inside each channel's range and a grey frame stays grey. No weights: measured on held-out
+photographs (``animfleet eval --fill``) it beats border replication, OpenCV's Telea inpainting
+and the learned edge fill (:mod:`workers.model.edge_fill`) it replaces.
+
+:func:`fill_unknown` fills any mask (nearest known pixels by jump flooding);
+:func:`fill_replicated` fills frames that are already border-replicated and whose distances
+are known, as a warp's are (:mod:`workers.model.render`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import numpy.typing as npt
+import torch
+import torch.nn.functional as F
+
+# Blur sigma per pixel of distance from the known pixels: 0.5 measured best on the training
+# photographs' strips and holes (0.25 streakier, 1.0 blurrier for the same PSNR).
+SPREAD = 0.5
+FAR = 1e9
+
+
+def nearest_known(known: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For a mask (H, W) with at least one known pixel: the (row, column) of each pixel's
+    nearest known pixel (jump flooding, plus one pass at step 1: nearest or very nearly), as
+    two (H, W) long tensors."""
+    height, width = known.shape
+    rows = torch.arange(height, dtype=torch.float32)[:, None].expand(height, width)
+    cols = torch.arange(width, dtype=torch.float32)[None, :].expand(height, width)
+    seed = torch.stack([torch.where(known, rows, FAR), torch.where(known, cols, FAR)])
+    step = 1 << max(0, math.ceil(math.log2(max(height, width))) - 1)
+    steps = []
+    while step >= 1:
+        steps.append(step)
+        step //= 2
+    for step in [*steps, 1]:
+        best = seed
+        best_d = (best[0] - rows) ** 2 + (best[1] - cols) ** 2
+        for dy in (-step, 0, step):
+            for dx in (-step, 0, step):
+                if dy == dx == 0:
+                    continue
+                moved = _shift(seed, dy, dx)
+                d = (moved[0] - rows) ** 2 + (moved[1] - cols) ** 2
+                closer = d < best_d
+                best = torch.where(closer, moved, best)
+                best_d = torch.where(closer, d, best_d)
+        seed = best
+    return seed[0].long(), seed[1].long()
+
+
+def _shift(field: torch.Tensor, dy: int, dx: int) -> torch.Tensor:
+    """``field`` (2, H, W) read at (y + dy, x + dx); FAR where that lies outside."""
+    out = torch.full_like(field, FAR)
+    height, width = field.shape[-2:]
+    if abs(dy) >= height or abs(dx) >= width:
+        return out
+    src_y = slice(max(dy, 0), height + min(dy, 0))
+    dst_y = slice(max(-dy, 0), height + min(-dy, 0))
+    src_x = slice(max(dx, 0), width + min(dx, 0))
+    dst_x = slice(max(-dx, 0), width + min(-dx, 0))
+    out[:, dst_y, dst_x] = field[:, src_y, src_x]
+    return out
+
+
+def fill_replicated(
+    frame: torch.Tensor, unknown: torch.Tensor, distance: torch.Tensor
+) -> torch.Tensor:
+    """``frame`` (C, H, W) float whose unknown pixels hold their nearest known pixel (border
+    replication), ``unknown`` (H, W) bool, ``distance`` (H, W): how far each unknown pixel
+    lies from the known ones, in pixels. Returns the frame with each unknown pixel replaced by
+    the frame blurred over ``SPREAD * distance`` there, clipped to the known pixels' range."""
+    if not bool(unknown.any()):
+        return frame
+    ys, xs = unknown.nonzero(as_tuple=True)
+    sigma = SPREAD * distance[ys, xs].float()
+    # Level k >= 1 of the area pyramid, sampled bilinearly, blurs with a sigma of about
+    # 2^(k-1); level 0 is the frame. A pixel reads the two levels around its sigma.
+    position = torch.where(sigma < 1, sigma, torch.log2(2 * sigma.clamp(min=1)))
+    levels = max(1, math.ceil(float(position.max())))
+    samples = [frame[:, ys, xs].float()]
+    pyramid = frame[None].float()
+    for k in range(1, levels + 1):
+        pyramid = F.avg_pool2d(pyramid, 2, ceil_mode=True)
+        scale = 2.0**k
+        height, width = pyramid.shape[-2:]
+        gx = ((xs.float() + 0.5) / scale) / width * 2 - 1
+        gy = ((ys.float() + 0.5) / scale) / height * 2 - 1
+        grid = torch.stack([gx, gy], dim=-1)[None, None]
+        sampled = F.grid_sample(
+            pyramid, grid, mode="bilinear", padding_mode="border", align_corners=False
+        )
+        samples.append(sampled[0, :, 0])
+    stack = torch.stack(samples)  # (levels + 1, C, P)
+    low = position.floor().long().clamp(max=levels - 1)
+    weight = (position - low)[None]
+    points = torch.arange(len(ys))
+    below = stack[low, :, points].T
+    above = stack[low + 1, :, points].T
+    filled = below * (1 - weight) + above * weight
+    known = frame[:, ~unknown].float()
+    if known.shape[1]:
+        lo, hi = known.min(dim=1).values[:, None], known.max(dim=1).values[:, None]
+        filled = torch.minimum(torch.maximum(filled, lo), hi)
+    out = frame.clone()
+    out[:, ys, xs] = filled.to(frame.dtype)
+    return out
+
+
+def fill_unknown(
+    image: npt.NDArray[np.uint8], known: npt.NDArray[np.bool_]
+) -> npt.NDArray[np.uint8]:
+    """``image`` (H, W, 3) uint8 with the pixels where ``known`` (H, W) is False filled from
+    the known ones (see the module docstring); known pixels are returned unchanged. Raises
+    ValueError when no pixel is known."""
+    if image.shape[:2] != known.shape:
+        raise ValueError(f"mask {known.shape} does not match image {image.shape[:2]}")
+    if not known.any():
+        raise ValueError("no known pixel to fill from")
+    if known.all():
+        return image.copy()
+    mask = torch.from_numpy(np.ascontiguousarray(known))
+    rows, cols = nearest_known(mask)
+    pixels = torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1).float()
+    replicated = pixels[:, rows, cols]
+    grid_y = torch.arange(known.shape[0])[:, None]
+    grid_x = torch.arange(known.shape[1])[None, :]
+    distance = ((rows - grid_y) ** 2 + (cols - grid_x) ** 2).float().sqrt()
+    filled = fill_replicated(replicated, ~mask, distance)
+    out: npt.NDArray[np.uint8] = filled.round().clamp(0, 255).byte().permute(1, 2, 0).numpy()
+    out[known] = image[known]
+    return out
