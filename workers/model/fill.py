@@ -32,8 +32,28 @@ FAR = 1e9
 
 def nearest_known(known: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """For a mask (H, W) with at least one known pixel: the (row, column) of each pixel's
-    nearest known pixel (jump flooding, plus one pass at step 1: nearest or very nearly), as
-    two (H, W) long tensors."""
+    nearest known pixel (itself where known; jump flooding, plus one pass at step 1: nearest
+    or very nearly), as two (H, W) long tensors."""
+    height, width = known.shape
+    rows = torch.arange(height)[:, None].expand(height, width).clone()
+    cols = torch.arange(width)[None, :].expand(height, width).clone()
+    unknown = ~known
+    if not bool(unknown.any()):
+        return rows, cols
+    # The nearest known pixel of an unknown one lies within the unknown pixels' bounding box
+    # grown by one pixel (that ring is known, and nearer than anything beyond it), unless the
+    # box is the whole frame: search only there.
+    ys, xs = unknown.any(dim=1).nonzero(), unknown.any(dim=0).nonzero()
+    top, bottom = max(0, int(ys[0]) - 1), min(height, int(ys[-1]) + 2)
+    left, right = max(0, int(xs[0]) - 1), min(width, int(xs[-1]) + 2)
+    found_rows, found_cols = _jump_flood(known[top:bottom, left:right])
+    rows[top:bottom, left:right] = found_rows + top
+    cols[top:bottom, left:right] = found_cols + left
+    return rows, cols
+
+
+def _jump_flood(known: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`nearest_known` within one box (at least one known pixel)."""
     height, width = known.shape
     rows = torch.arange(height, dtype=torch.float32)[:, None].expand(height, width)
     cols = torch.arange(width, dtype=torch.float32)[None, :].expand(height, width)
@@ -44,33 +64,20 @@ def nearest_known(known: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         steps.append(step)
         step //= 2
     for step in [*steps, 1]:
+        padded = F.pad(seed, (step, step, step, step), value=FAR)
         best = seed
         best_d = (best[0] - rows) ** 2 + (best[1] - cols) ** 2
         for dy in (-step, 0, step):
             for dx in (-step, 0, step):
                 if dy == dx == 0:
                     continue
-                moved = _shift(seed, dy, dx)
+                moved = padded[:, step + dy : step + dy + height, step + dx : step + dx + width]
                 d = (moved[0] - rows) ** 2 + (moved[1] - cols) ** 2
                 closer = d < best_d
                 best = torch.where(closer, moved, best)
                 best_d = torch.where(closer, d, best_d)
         seed = best
     return seed[0].long(), seed[1].long()
-
-
-def _shift(field: torch.Tensor, dy: int, dx: int) -> torch.Tensor:
-    """``field`` (2, H, W) read at (y + dy, x + dx); FAR where that lies outside."""
-    out = torch.full_like(field, FAR)
-    height, width = field.shape[-2:]
-    if abs(dy) >= height or abs(dx) >= width:
-        return out
-    src_y = slice(max(dy, 0), height + min(dy, 0))
-    dst_y = slice(max(-dy, 0), height + min(-dy, 0))
-    src_x = slice(max(dx, 0), width + min(dx, 0))
-    dst_x = slice(max(-dx, 0), width + min(-dx, 0))
-    out[:, dst_y, dst_x] = field[:, src_y, src_x]
-    return out
 
 
 def fill_replicated(
