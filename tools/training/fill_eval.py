@@ -33,6 +33,7 @@ from workers.model.fill import fill_unknown, nearest_known
 
 Pixels = npt.NDArray[np.uint8]
 Mask = npt.NDArray[np.bool_]
+__all__ = ["EVAL_PHOTOS", "run_fill_eval", "summary"]
 KINDS = ("pan", "zoom", "holes")
 METHODS = ("fill", "border", "telea")
 MARGIN_DB = 0.5
@@ -77,15 +78,14 @@ def _blob(side: int, margin: int, generator: torch.Generator) -> Mask:
 def border(image: Pixels, known: Mask) -> Pixels:
     """Each unknown pixel its nearest known pixel (a warp's border replication, for strips)."""
     rows, cols = nearest_known(torch.from_numpy(known))
-    out: Pixels = image[rows.numpy(), cols.numpy()]
-    return out
+    return np.ascontiguousarray(image[rows.numpy(), cols.numpy()])
 
 
 def telea(image: Pixels, known: Mask) -> Pixels:
     import cv2
 
-    out: Pixels = cv2.inpaint(image, (~known).astype(np.uint8), TELEA_RADIUS, cv2.INPAINT_TELEA)
-    return out
+    out = cv2.inpaint(image, (~known).astype(np.uint8), TELEA_RADIUS, cv2.INPAINT_TELEA)
+    return np.asarray(out, dtype=np.uint8)
 
 
 FILLERS: dict[str, Callable[[Pixels, Mask], Pixels]] = {
@@ -98,7 +98,9 @@ FILLERS: dict[str, Callable[[Pixels, Mask], Pixels]] = {
 def ssim_map(a: Pixels, b: Pixels) -> npt.NDArray[np.float64]:
     from skimage.metrics import structural_similarity
 
-    _, full = structural_similarity(a, b, channel_axis=2, full=True, data_range=255)
+    _, full = structural_similarity(  # type: ignore[no-untyped-call]
+        a, b, channel_axis=2, full=True, data_range=255
+    )
     out: npt.NDArray[np.float64] = full.mean(axis=2)
     return out
 
