@@ -1,4 +1,4 @@
-"""``animfleet train-fill``: train the edge fill (:class:`workers.model.fill.EdgeFill`).
+"""``animfleet train-fill``: train the edge fill (:class:`workers.model.edge_fill.EdgeFill`).
 
 Resumable: the run directory holds the checkpoint (weights, EMA copy, optimiser, progress) and
 the loss curve; running the same command again continues where it stopped. The loss is the

@@ -98,38 +98,44 @@ def fill_replicated(
     the frame blurred over ``spread * distance`` there, clipped to the known pixels' range."""
     if not bool(unknown.any()):
         return frame
-    ys, xs = unknown.nonzero(as_tuple=True)
-    sigma = spread * distance[ys, xs].float()
+    channels, width = frame.shape[0], frame.shape[-1]
+    flat = unknown.flatten().nonzero()[:, 0]
+    ys, xs = flat // width, flat % width
+    sigma = spread * distance.flatten()[flat].float()
     # Level k >= 1 of the area pyramid, sampled bilinearly, blurs with a sigma of about
     # 2^(k-1); level 0 is the frame. A pixel reads the two levels around its sigma.
     position = torch.where(sigma < 1, sigma, torch.log2(2 * sigma.clamp(min=1)))
     levels = max(1, math.ceil(float(position.max())))
-    samples = [frame[:, ys, xs].float()]
+    low = position.floor().clamp(max=levels - 1)
+    above = position - low
+    pixels = frame.reshape(channels, -1).float()
+    filled = torch.zeros(channels, len(flat))
     pyramid = frame[None].float()
-    for k in range(1, levels + 1):
-        pyramid = F.avg_pool2d(pyramid, 2, ceil_mode=True)
-        scale = 2.0**k
-        height, width = pyramid.shape[-2:]
-        gx = ((xs.float() + 0.5) / scale) / width * 2 - 1
-        gy = ((ys.float() + 0.5) / scale) / height * 2 - 1
-        grid = torch.stack([gx, gy], dim=-1)[None, None]
-        sampled = F.grid_sample(
-            pyramid, grid, mode="bilinear", padding_mode="border", align_corners=False
-        )
-        samples.append(sampled[0, :, 0])
-    stack = torch.stack(samples)  # (levels + 1, C, P)
-    low = position.floor().long().clamp(max=levels - 1)
-    weight = (position - low)[None]
-    points = torch.arange(len(ys))
-    below = stack[low, :, points].T
-    above = stack[low + 1, :, points].T
-    filled = below * (1 - weight) + above * weight
-    known = frame[:, ~unknown].float()
-    if known.shape[1]:
-        lo, hi = known.min(dim=1).values[:, None], known.max(dim=1).values[:, None]
-        filled = torch.minimum(torch.maximum(filled, lo), hi)
+    for k in range(levels + 1):
+        weight = torch.where(low == k, 1 - above, torch.where(low == k - 1, above, 0.0))
+        chosen = (weight > 0).nonzero()[:, 0]
+        if k:
+            pyramid = F.avg_pool2d(pyramid, 2, ceil_mode=True)
+        if not len(chosen):
+            continue
+        if k == 0:
+            sampled = pixels[:, flat[chosen]]
+        else:
+            scale = 2.0**k
+            gx = ((xs[chosen].float() + 0.5) / scale) / pyramid.shape[-1] * 2 - 1
+            gy = ((ys[chosen].float() + 0.5) / scale) / pyramid.shape[-2] * 2 - 1
+            grid = torch.stack([gx, gy], dim=-1)[None, None]
+            sampled = F.grid_sample(
+                pyramid, grid, mode="bilinear", padding_mode="border", align_corners=False
+            )[0, :, 0]
+        filled[:, chosen] += weight[chosen] * sampled
+    # The known pixels' range per channel: no colour the frame lacks.
+    hidden = unknown[None]
+    lo = torch.where(hidden, math.inf, frame.float()).amin(dim=(1, 2))[:, None]
+    hi = torch.where(hidden, -math.inf, frame.float()).amax(dim=(1, 2))[:, None]
+    filled = torch.minimum(torch.maximum(filled, lo), hi)
     out = frame.clone()
-    out[:, ys, xs] = filled.to(frame.dtype)
+    out.reshape(channels, -1)[:, flat] = filled.to(frame.dtype)
     return out
 
 
