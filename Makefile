@@ -192,7 +192,11 @@ bench-brush: venv
 # held-out real photographs at 256 and 512 px (motion, first frame, the strip that comes into
 # view vs border replication and upscaling), and per-video time, memory and MP4 size at 64,
 # 256, 512 and 1024 px, interleaved, with the bar's PASS/FAIL.
-.PHONY: train-fill eval-photos bench-fullres
+# The fill of entering strips and opened holes against real surroundings, with PASS/FAIL.
+.PHONY: train-fill eval-photos eval-fill bench-fullres
+eval-fill: venv
+	ANIMFLEET_TORCH_THREADS=1 $(PY) -m tools.cli eval --fill --out out/fill
+
 train-fill: venv
 	ANIMFLEET_TORCH_THREADS=1 $(PY) -m tools.cli train-fill --run-dir run/fill
 

@@ -32,9 +32,15 @@ from dispatcher.addons import AddonChecker, take_images
 from dispatcher.admission import AdmissionSettings, AtCapacity, BacklogFull
 from dispatcher.brush_input import check_region_masks, take_region_masks
 from dispatcher.errors import DispatcherError
-from dispatcher.inputs import AnimationRequest, InvalidInput, check_image, parse_request
+from dispatcher.inputs import (
+    AnimationRequest,
+    InvalidInput,
+    check_image,
+    default_size,
+    parse_request,
+)
 from dispatcher.lookup import STORED_CLIENT_JOB_ID, JobLookup, RegionLink
-from dispatcher.mask_input import check_mask
+from dispatcher.mask_input import check_mask, check_mask_addons
 from dispatcher.placement import Placement, RoutingCache, admission_settings_from_env
 from dispatcher.versions import WORKER_MODEL, Choice, VersionChooser
 
@@ -143,10 +149,13 @@ class Client(JobLookup):
         """
         addons, controls = take_images(options.pop("addons", ()))
         regions, region_masks = take_region_masks(options.pop("regions", ()))
+        _, image_width, image_height = check_image(image)
+        given = options.get("width"), options.get("height")
+        if all(side is None or type(side) is int for side in given):  # else validation says why
+            options["width"], options["height"] = default_size(image_width, image_height, *given)
         request = parse_request(
             prompt=prompt, webhook_url=webhook_url, addons=addons, regions=regions, **options
         )
-        _, image_width, image_height = check_image(image)
         if request.regions and mask is not None:
             raise InvalidInput(
                 "regions", "cannot be combined with mask: each region's own mask says what moves"
@@ -157,6 +166,8 @@ class Client(JobLookup):
             if mask is None
             else check_mask(mask, (image_width, image_height), request.width, request.height)
         )
+        if mask is not None:
+            check_mask_addons(request.addons, controls)
         if request.webhook_url is not None:
             try:
                 self.netguard.check_url(request.webhook_url)

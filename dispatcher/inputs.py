@@ -28,7 +28,10 @@ MAX_DEADLINE_S = 7 * 24 * 3600
 MAX_SIDE = 1024
 FREE_ASPECT_SIDE = 512
 ASPECT_RATIOS = ((1, 1), (4, 5), (9, 16), (16, 9))  # width:height
-Side = Annotated[int, Field(ge=32, le=MAX_SIDE, multiple_of=8)]
+MIN_SIDE = 32
+Side = Annotated[int, Field(ge=MIN_SIDE, le=MAX_SIDE, multiple_of=8)]
+# A request without width and height gets this long side and the image's aspect ratio.
+DEFAULT_LONG_SIDE = 512
 
 
 def aspect_problem(width: int, height: int) -> str | None:
@@ -43,6 +46,27 @@ def aspect_problem(width: int, height: int) -> str | None:
         f"{width}x{height} (width x height) is not a supported aspect ratio for sides above "
         f"{FREE_ASPECT_SIDE} px; use {ratios} (e.g. 1024x1024, 800x1000, 576x1024, 1024x576)"
     )
+
+
+def default_size(
+    image_width: int, image_height: int, width: int | None = None, height: int | None = None
+) -> tuple[int, int]:
+    """(width, height) of a job whose request omits one or both: neither given, the long side
+    :data:`DEFAULT_LONG_SIDE` with the image's aspect ratio; one given, the other follows the
+    image's aspect ratio. Computed sides are multiples of 8 within the served sizes; a given
+    side is returned as given (validation judges it)."""
+    if width is not None and height is not None:
+        return width, height
+
+    def side(value: float) -> int:
+        return min(MAX_SIDE, max(MIN_SIDE, round(value / 8) * 8))
+
+    if width is not None:
+        return width, side(width * image_height / image_width)
+    if height is not None:
+        return side(height * image_width / image_height), height
+    scale = DEFAULT_LONG_SIDE / max(image_width, image_height)
+    return side(image_width * scale), side(image_height * scale)
 
 
 class InvalidInput(DispatcherError, PermanentError, ValueError):
@@ -104,8 +128,9 @@ class AnimationRequest(BaseModel):
     prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
     frames: int = Field(default=8, ge=2, le=32)
     fps: int = Field(default=8, ge=1, le=60)
-    width: Side = 64
-    height: Side = 64
+    # Client.submit fills omitted sides from the image (:func:`default_size`).
+    width: Side = DEFAULT_LONG_SIDE
+    height: Side = DEFAULT_LONG_SIDE
     seed: int | None = Field(default=None, ge=0, le=2**32 - 1)
     steps: int | None = Field(default=None, ge=1, le=100)
     variant: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")

@@ -4,10 +4,12 @@ animates at least one pixel at the job's size. Every refusal names the field and
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from PIL import Image
 
+from animfleet.addons import AddonUse, control_input
 from animfleet.masks import coverage, decode_mask, same_aspect
 from dispatcher.inputs import InvalidInput, check_image
 
@@ -60,3 +62,16 @@ def check_mask(
             + (": send no mask to animate the whole image" if field == "mask" else ""),
         )
     return CheckedMask(hashlib.sha256(bytes(data)).hexdigest(), share)
+
+
+def check_mask_addons(addons: Sequence[AddonUse], controls: Mapping[str, bytes]) -> None:
+    """Refuse a masked job's image-conditioned add-on (one that brought a control image) on
+    its field ``addons.<i>``: a masked job runs the model on the mask's box, which the
+    whole-frame control image does not describe, so the worker would fail it."""
+    for index, addon in enumerate(addons):
+        if control_input(addon.name) in controls:
+            raise InvalidInput(
+                f"addons.{index}",
+                f"{addon.name!r} takes a control image, which a job with a mask cannot use "
+                "yet; send the job without the mask or without this add-on",
+            )

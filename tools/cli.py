@@ -161,8 +161,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
             home_region=args.region,
             frames=args.frames,
             fps=args.fps,
-            width=args.size,
-            height=args.size,
+            **({"width": args.size, "height": args.size} if args.size else {}),
             **brushed(args),
         )
         print(job.id, flush=True)
@@ -356,7 +355,11 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--region", help="home region (default: the first in the topology)")
     submit.add_argument("--frames", type=int, default=8, help="frames of the animation")
     submit.add_argument("--fps", type=int, default=8, help="frames per second")
-    submit.add_argument("--size", type=int, default=64, help="width and height, pixels")
+    submit.add_argument(
+        "--size",
+        type=int,
+        help="width and height, pixels (default: 512 on the long side, the image's aspect ratio)",
+    )
     submit.add_argument("--wait", type=float, default=0, help="seconds to wait for the result")
     add_region_arguments(submit)  # --region-mask, --stroke, --kind, ..., --regions, --loop
     submit.set_defaults(func=cmd_submit)

@@ -38,6 +38,7 @@ from workers.errors import WorkerError
 from workers.heartbeat import Heartbeat
 from workers.inputs import StoredInputError, StoredInputMissing, stored_inputs
 from workers.model import Animator, ModelError
+from workers.model.grey import is_grey, to_grey
 from workers.model.masked import prefetch
 from workers.model.pipeline import StepCallback
 from workers.settings import WorkerSettings
@@ -239,6 +240,8 @@ class JobRunner:
                 frames = self.batch.animate(animator, image, params, on_step, limit, **extra)
         except ModelError as error:
             raise JobFailed("model_error", str(error)) from error
+        if is_grey(image):  # the model adds chroma; a grey input gets grey frames
+            frames = to_grey(frames)
         inferred = time.perf_counter()
         try:
             video = encode_mp4(frames, params.fps)

@@ -63,7 +63,8 @@ class AsyncAnimfleet:
         wait: float | None = None,
         **options: Any,
     ) -> Job:
-        """Enqueue a job (``options``: mask (a PNG, white animates), frames, fps, size, seed,
+        """Enqueue a job (``options``: mask (a PNG, white animates), frames, fps, size or
+        width/height (default: 512 px on the image's long side, its aspect ratio), seed,
         webhook, deadline, metadata...).
         ``regions``: motion-brush regions, each ``{"mask", "kind", "stroke", "speed",
         "amplitude"}`` (the mask like ``image``); ``loop``: a seamless loop.

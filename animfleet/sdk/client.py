@@ -62,7 +62,8 @@ class Animfleet:
         wait: float | None = None,
         **options: Any,
     ) -> Job:
-        """Enqueue a job (``options``: mask (a PNG, white animates), frames, fps, size, seed,
+        """Enqueue a job (``options``: mask (a PNG, white animates), frames, fps, size or
+        width/height (default: 512 px on the image's long side, its aspect ratio), seed,
         model, webhook, deadline, metadata...); ``model`` is a deployment or a pinned
         ``name@version``; ``addons``, each ``{"name", "scale"}`` and, for an image-conditioned
         one, its control ``image`` (bytes, a file, a URL or an ``inputs/`` key, like ``image``).

@@ -151,12 +151,15 @@ class JobRequest(BaseModel):
     fps: Fps | None = Field(default=None, json_schema_extra=_default(8), examples=[8])
     size: Side | None = Field(
         default=None,
-        description="width and height of a square video",
-        json_schema_extra=_default(64),
-        examples=[64],
+        description="width and height of a square video (default: see width)",
+        examples=[512],
     )
-    width: Side | None = Field(default=None, json_schema_extra=_default(64))
-    height: Side | None = Field(default=None, json_schema_extra=_default(64))
+    width: Side | None = Field(
+        default=None,
+        description="omitted with height: 512 px on the image's long side, its aspect ratio "
+        "(multiples of 8); omitted alone: follows height and the image's aspect ratio",
+    )
+    height: Side | None = Field(default=None, description="as width")
     seed: Seed | None = Field(default=None, json_schema_extra=_default(None))
     steps: Steps | None = Field(
         default=None,

@@ -69,4 +69,4 @@ def test_errors_name_field_and_value(fields: dict[str, object], field: str, show
 
 def test_defaults() -> None:
     request = parse_request(prompt="pan left")
-    assert (request.frames, request.fps, request.width, request.height) == (8, 8, 64, 64)
+    assert (request.frames, request.fps, request.width, request.height) == (8, 8, 512, 512)

@@ -154,7 +154,7 @@ def test_the_playground_paints_a_region_draws_a_stroke_and_plays_the_loop(
         browser.save_screenshot(str(SCREENSHOT.with_name("playground-brush.png")))
     finally:
         browser.quit()
-    assert sizes == ["64", "128", "256", "384", "512", "768", "1024"]
+    assert sizes == ["512 on the long side", "64", "128", "256", "384", "512", "768", "1024"]
     assert "region 0: flow, painted, stroke of" in regions and '"loop":true' in curl
     assert src and not paused and ready >= 2 and status == "succeeded"
     assert "succeeded" in log

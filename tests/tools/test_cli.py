@@ -254,3 +254,19 @@ def test_a_bad_sweeper_setting_stops_it_before_it_touches_redis() -> None:
     assert result.returncode == 78
     (line,) = result.stderr.strip().splitlines()
     assert "ANIMFLEET_SWEEPER_ORPHAN_AFTER_S='-1'" in line
+
+
+def test_submit_leaves_the_size_to_the_api_unless_given(
+    fake_client: type[_FakeClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent: list[dict[str, object]] = []
+
+    def submit(self: _FakeClient, *args: object, **kwargs: object) -> Any:
+        sent.append(kwargs)
+        return SimpleNamespace(id="local.0123abcd")
+
+    monkeypatch.setattr(fake_client, "submit", submit)
+    assert cli.main(["submit", str(cli.EXAMPLE_IMAGE), "pan"]) == 0
+    assert cli.main(["submit", str(cli.EXAMPLE_IMAGE), "pan", "--size", "128"]) == 0
+    assert "width" not in sent[0] and "height" not in sent[0]
+    assert (sent[1]["width"], sent[1]["height"]) == (128, 128)

@@ -12,7 +12,6 @@ import os
 from pathlib import Path
 
 from animfleet.models import SHIPPED_MODEL_DIR, SHIPPED_STUDENT_DIR
-from tools.training.fill_cli import FILL_DIR
 
 DEFAULT_RUN = "run/train/small"
 DEFAULT_DISTILL_RUN = "run/distill/small"
@@ -171,7 +170,15 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
         help="instead: motion-brush regions on held-out photographs at 512 px, scored by "
         "OpenCV optical flow (direction, speed, stillness outside, frame 0, loop closure)",
     )
-    parser.add_argument("--fill", default=str(FILL_DIR), help="edge fill")
+    parser.add_argument(
+        "--fill",
+        action="store_true",
+        help="instead: the fill of entering strips (pan, zoom out) and opened holes on held-out "
+        "photographs against their real surroundings, beside border replication and Telea",
+    )
+    parser.add_argument(
+        "--fill-photos", default=None, help="with --fill: comma-separated photograph names"
+    )
     parser.add_argument(
         "--student",
         nargs="?",
@@ -192,6 +199,8 @@ def evaluate(args: argparse.Namespace) -> int:
     _threads()
     if args.brush:
         return evaluate_brush(args)
+    if args.fill:
+        return evaluate_fill(args)
     if args.photos:
         return evaluate_photos(args)
     if args.student:
@@ -225,15 +234,23 @@ def evaluate_brush(args: argparse.Namespace) -> int:
     return 0 if passed else 1
 
 
+def evaluate_fill(args: argparse.Namespace) -> int:
+    from tools.training.fill_eval import EVAL_PHOTOS, run_fill_eval, summary
+
+    photos = tuple(args.fill_photos.split(",")) if args.fill_photos else EVAL_PHOTOS
+    report = run_fill_eval(Path(args.out), photos)
+    print(summary(report))
+    print(f"report: {Path(args.out) / 'fill.json'}")
+    return 0
+
+
 def evaluate_photos(args: argparse.Namespace) -> int:
     from tools.training.evaluate import load_pipeline
     from tools.training.photo_eval import PhotoEvalSettings, run_photo_eval, summary
-    from workers.model.fill import EdgeFill
 
-    fill = EdgeFill.from_pretrained(args.fill).eval() if args.fill else None
     sizes = tuple(int(size) for size in args.photo_sizes.split(","))
     report = run_photo_eval(
-        load_pipeline(Path(args.model)), fill, Path(args.out), PhotoEvalSettings(sizes=sizes)
+        load_pipeline(Path(args.model)), Path(args.out), PhotoEvalSettings(sizes=sizes)
     )
     print(summary(report))
     print(f"report: {Path(args.out) / 'photos.json'}")

@@ -1,4 +1,4 @@
-"""``animfleet train-fill``: train the edge fill (:class:`workers.model.fill.EdgeFill`).
+"""``animfleet train-fill``: train the edge fill (:class:`workers.model.edge_fill.EdgeFill`).
 
 Resumable: the run directory holds the checkpoint (weights, EMA copy, optimiser, progress) and
 the loss curve; running the same command again continues where it stopped. The loss is the
@@ -17,7 +17,7 @@ import torch
 
 from tools.training.fill_data import FillBatch, FillData
 from tools.training.loop import CHECKPOINT, RunState, run_steps, update_ema, write_checkpoint
-from workers.model.fill import EdgeFill
+from workers.model.edge_fill import EdgeFill
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,6 @@ from tools.training.metrics import Frames
 from tools.training.motion_estimate import classify
 from tools.training.motions import Motion, prompt_for
 from tools.training.photos import EVAL_ONLY, photo_uint8
-from workers.model.fill import EdgeFill
 from workers.model.pipeline import AnimationPipeline
 from workers.model.render import (
     WorkingClip,
@@ -163,7 +162,7 @@ def star_field(size: int, seed: int = 0) -> Frames:
 
 
 def run_photo_eval(
-    pipe: AnimationPipeline, fill: EdgeFill | None, out: Path, settings: PhotoEvalSettings
+    pipe: AnimationPipeline, out: Path, settings: PhotoEvalSettings
 ) -> dict[str, Any]:
     """Evaluate; write ``photos.json``, ``photos.txt`` and a contact sheet per size."""
     out.mkdir(parents=True, exist_ok=True)
@@ -195,7 +194,7 @@ def run_photo_eval(
                         settings.text_guidance_scale,
                         seed=number,
                     )
-                    frames = render(image, clip, fill)
+                    frames = render(image, clip)
                     worst = min(worst, frame0_psnr(frames, image))
                     family = motion.family
                     result.clips[family] += 1
@@ -204,7 +203,7 @@ def run_photo_eval(
                     truth, strip = strip_truth(clip, canvas, where)
                     candidates = {
                         "fill": frames,
-                        "border": render(image, clip, None),
+                        "border": render(image, clip, fill=False),
                         "upscaled": upscale(to_uint8(clip.frames), size, size),
                     }
                     for method, video in candidates.items():

@@ -112,7 +112,7 @@ class BatchEngine:
             sample.canceled.set()  # the engine drops it before its next step
             raise
         try:
-            frames = _frames(animator, sample, latents, flow)
+            frames = _frames(sample, latents, flow)
             return frames if box is None else paste(frames, box.frame, box.region)
         except (RuntimeError, ValueError) as error:
             raise ModelError(f"{type(error).__name__}: {error}") from error
@@ -249,13 +249,13 @@ class BatchEngine:
 
 
 def _frames(
-    animator: Animator, sample: Sample, latents: torch.Tensor, flow: torch.Tensor | None
+    sample: Sample, latents: torch.Tensor, flow: torch.Tensor | None
 ) -> npt.NDArray[np.uint8]:
     """A finished sample's frames, as ``Animator.run_frames`` makes them for the job alone."""
     with torch.inference_mode():
         if sample.full is not None and flow is not None:
             clip = split_clip(latents, sample.conditions, flow)
-            return render(sample.full, clip, animator.fill)
+            return render(sample.full, clip)
         frames: npt.NDArray[np.uint8] = sample.pipeline.decode(latents, first_frame=sample.image)
     if sample.full is not None:  # no flow to render with: upscaled, as alone
         return upscale(frames, *sample.full.shape[:2])

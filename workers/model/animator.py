@@ -44,7 +44,7 @@ from workers.model.profile import (
     device_key,
     psnr,
 )
-from workers.model.render import load_fill, render_job, renders
+from workers.model.render import render_job, renders
 from workers.model.serving import load_serving
 from workers.model.svd import SVD_CLASS, pipeline_class_name
 from workers.model.templates import DEFAULT_MAX_BYTES, Features, TemplateCache
@@ -108,7 +108,6 @@ class Animator:
         )
         # Add-ons for this model, loaded in the background from now on (before any job).
         self.addons: AddonStore | None = open_addons(self.model_dir, self.pipeline, device)
-        self.fill = load_fill(self.model_dir, device)  # what comes into view at full size
         self.compiled: CompiledModules | AOTDenoiser | None = None
         self.aot_status = "not asked"
         if compile and aot:
@@ -350,8 +349,8 @@ class Animator:
             with self._kernels(), self._addons_active(params, inputs):
                 # The U-Net at its working size, then rendered (with the brush's motion).
                 if renders(*pixels.shape[:2]) or brush is not None:
-                    pipe, fill, variant = self.pipeline, self.fill, self.variant
-                    return render_job(pipe, fill, pixels, params, variant, on_step, brush)
+                    pipe, variant = self.pipeline, self.variant
+                    return render_job(pipe, pixels, params, variant, on_step, brush)
                 frames: npt.NDArray[np.uint8] = self.pipeline(
                     pixels,
                     params.prompt,

@@ -5,8 +5,9 @@ smooth, so they are predicted at the small working size (:func:`working_size`, t
 worker warms up) and applied to the full-resolution input: the flow is upsampled and the
 full-resolution image warped by it (so every pixel keeps the input's sharpness), the residual
 is upsampled and added. Frame 0 is the input itself. Pixels whose warp source lies outside
-the image (what a pan or zoom-out brings into view) come from the learned edge fill
-(:mod:`workers.model.fill`) instead of the border replication a warp would do.
+the image (what a pan or zoom-out brings into view) are filled at full resolution by
+:func:`workers.model.fill.fill_replicated`: the warp's border replication blurred more the
+farther the source lies outside, so the strip continues the picture without a seam.
 
 The cost of the U-Net does not grow with the requested size; only the warp does, a few
 operations per output pixel. Rendering is a separate step after the model, so later steps
@@ -16,7 +17,6 @@ operations per output pixel. Rendering is a separate step after the model, so la
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -27,13 +27,12 @@ from PIL import Image
 
 from animfleet.jobs import JobParams
 from workers.model.brush import BrushPlan
-from workers.model.fill import EdgeFill
+from workers.model.fill import fill_replicated
 from workers.model.motion_unet import MotionUNet, pixel_centres, warp
 from workers.model.pipeline import AnimationPipeline, Conditions, StepCallback
 
 # The long side the U-Net runs at for a larger request: the shipped models' training size.
 WORKING_SIDE = 64
-FILL_DIR_NAME = "animfleet-edge-fill"
 # Output frames rendered together: bounds the memory of a 1024 px, 32-frame video.
 CHUNK = 4
 # A brushed job's camera is still when the model's flow moves less than this (working-size
@@ -180,20 +179,6 @@ def sampling_grid(flow: torch.Tensor) -> torch.Tensor:
     return pixel_centres(height, width, flow.device)[None] + flow.permute(0, 2, 3, 1)
 
 
-@torch.inference_mode()
-def fill_clip(fill: EdgeFill, clip: WorkingClip) -> torch.Tensor:
-    """The working-size frames (F, 3, h, w) with the pixels that came into view filled."""
-    unknown = outside(sampling_grid(clip.flow))
-    frames = clip.frames.to(fill.dtype)
-    # The fill halves the size twice: pad to a multiple of 4 and crop back.
-    height, width = frames.shape[-2:]
-    pad_h, pad_w = -height % 4, -width % 4
-    padded = F.pad(frames, (0, pad_w, 0, pad_h), mode="replicate")
-    mask = F.pad(unknown, (0, pad_w, 0, pad_h), mode="replicate")
-    filled: torch.Tensor = fill(padded, mask.to(fill.dtype)).float()
-    return filled[..., :height, :width]
-
-
 def to_uint8(frames: torch.Tensor) -> npt.NDArray[np.uint8]:
     """(N, 3, H, W) in [-1, 1] to (N, H, W, 3) uint8."""
     out = ((frames.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
@@ -201,17 +186,26 @@ def to_uint8(frames: torch.Tensor) -> npt.NDArray[np.uint8]:
     return array
 
 
+def outside_distance(grid: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """(N, H, W): how far, in the image's pixels, each sampling point of ``grid`` (N, H, W, 2)
+    lies outside an image of (height, width); 0 inside."""
+    dx = (grid[..., 0].abs() - 1).clamp(min=0) * (width / 2)
+    dy = (grid[..., 1].abs() - 1).clamp(min=0) * (height / 2)
+    return torch.hypot(dx, dy)
+
+
 @torch.inference_mode()
 def render(
     image: npt.NDArray[np.uint8],
     clip: WorkingClip,
-    fill: EdgeFill | None = None,
+    fill: bool = True,
     brush: BrushPlan | None = None,
 ) -> npt.NDArray[np.uint8]:
     """Frames (F, H, W, 3 uint8) at the size of ``image`` (H, W, 3 uint8): the full-resolution
     image warped by the upsampled flow plus the upsampled residual, the strip that came into
-    view from ``fill`` (border replication without one), frame 0 the image itself. With
-    ``brush``, each point the flow samples is moved again by the brushed regions' motion."""
+    view filled (:func:`fill_replicated`; with ``fill=False`` the warp's border replication),
+    frame 0 the image itself. With ``brush``, each point the flow samples is moved again by
+    the brushed regions' motion."""
     height, width = image.shape[:2]
     count = clip.flow.shape[0]
     # On 0-255 levels throughout: the full-size tensors skip a rescale pass each.
@@ -220,11 +214,8 @@ def render(
     # streaks; upsampled, it would bleed that correction into the sharp warp beside the strip.
     unknown = outside(sampling_grid(clip.flow))
     residual = clip.residual * (1 - F.max_pool2d(unknown, 3, stride=1, padding=1)) * 127.5
-    # Flow, residual and (with a fill) the filled frames upsampled in one call per chunk.
-    small = [clip.flow, residual]
-    if fill is not None:
-        small.append((fill_clip(fill, clip) + 1) * 127.5)
-    working = torch.cat(small, dim=1)
+    # Flow and residual upsampled in one call per chunk.
+    working = torch.cat([clip.flow, residual], dim=1)
     base = pixel_centres(height, width)[None]
     out = np.empty((count, height, width, 3), dtype=np.uint8)
     out[0] = image
@@ -242,8 +233,11 @@ def render(
         else:
             frames = brush.sample(full, grid, start)
         frames += up[:, 2:5]
-        if fill is not None:
-            frames = torch.where(outside(grid).bool(), up[:, 5:8], frames)
+        if fill:
+            distance = outside_distance(grid, height, width)
+            for index in range(stop - start):
+                strip = distance[index] > 0
+                frames[index] = fill_replicated(frames[index], strip, distance[index])
         levels = frames.clamp_(0, 255).round_().to(torch.uint8)
         out[start:stop] = levels.permute(0, 2, 3, 1).numpy()
     return out
@@ -274,20 +268,8 @@ def upscale(frames: npt.NDArray[np.uint8], height: int, width: int) -> npt.NDArr
     return np.stack(resized)
 
 
-def load_fill(model_dir: Path, device: str = "cpu") -> EdgeFill | None:
-    """The edge fill served with ``model_dir``: its ``edge_fill`` folder, else the shipped
-    ``animfleet-edge-fill`` beside it; None when neither exists (border replication)."""
-    for candidate in (model_dir / "edge_fill", model_dir.parent / FILL_DIR_NAME):
-        if (candidate / "config.json").is_file():
-            fill: EdgeFill = EdgeFill.from_pretrained(str(candidate)).to(device)
-            fill.eval()
-            return fill
-    return None
-
-
 def render_job(
     pipe: object,
-    fill: EdgeFill | None,
     image: npt.NDArray[np.uint8],
     params: JobParams,
     variant: Served,
@@ -317,8 +299,8 @@ def render_job(
             on_step,
         )
         if brush is None:
-            return render(image, clip, fill)
-        return render(image, still_camera(clip), fill, brush)
+            return render(image, clip)
+        return render(image, still_camera(clip), brush=brush)
     frames: npt.NDArray[np.uint8] = pipe(  # type: ignore[operator]
         small,
         params.prompt,
