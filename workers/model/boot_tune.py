@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -43,8 +43,19 @@ from workers.model.profile import (
     weights_hash,
 )
 
-if TYPE_CHECKING:
-    from workers.model.animator import Animator
+
+class Candidate(Protocol):
+    """What measuring needs of a loaded animator (``workers.model.animator.Animator``)."""
+
+    @property
+    def compiled(self) -> Any: ...  # None when it serves eagerly
+    @property
+    def variant(self) -> Any: ...  # its Variant: the step count is recorded
+
+    def card_video(self, bucket: ShapeBucket) -> npt.NDArray[np.uint8]: ...
+
+
+A = TypeVar("A", bound=Candidate)
 
 log = logging.getLogger("animfleet.worker.model")
 
@@ -100,9 +111,9 @@ class SharedProfiles:
 
 
 @dataclass
-class _Trial:
+class _Trial(Generic[A]):
     choice: Choice
-    animator: Animator
+    animator: A
     times: list[float] = field(default_factory=list)
     frames: npt.NDArray[np.uint8] | None = None
 
@@ -114,11 +125,11 @@ class _Trial:
 
 
 @dataclass
-class BootMeasurement:
+class BootMeasurement(Generic[A]):
     """The entry measured at boot, and the loaded animator of its chosen candidate."""
 
     entry: DeviceProfile
-    chosen: Animator
+    chosen: A
     seconds: float
 
 
@@ -131,13 +142,13 @@ def _unmeasured(choice: Choice, note: str) -> Measurement:
 def measure(
     model_dir: Path,
     kind: str,
-    build: Callable[[Choice], Animator],
+    build: Callable[[Choice], A],
     bucket: ShapeBucket,
     budget_s: float,
     compiled: bool = True,
     floor_db: float = PSNR_FLOOR_DB,
     clock: Callable[[], float] = time.monotonic,
-) -> BootMeasurement:
+) -> BootMeasurement[A]:
     """Load, warm up and time ``candidates(kind)`` within ``budget_s``; the reference is always
     measured. ``build(choice)`` returns a loaded animator (compiled and verified if the choice
     compiles). Raises whatever building the reference raises."""
@@ -146,7 +157,7 @@ def measure(
     def left() -> float:
         return budget_s - (clock() - started)
 
-    trials: list[_Trial] = []
+    trials: list[_Trial[A]] = []
     skipped: list[Measurement] = []
     for choice in candidates(kind, compiled):
         if trials and left() <= 0:
