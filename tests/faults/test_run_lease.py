@@ -114,6 +114,8 @@ def test_a_duplicated_delivery_racing_a_stalled_run_completes_the_job_once(
     records = settle(fleet, [job], timeout=60)  # one output object, the one the record names
     assert records[job].status is JobState.SUCCEEDED, records[job]
     assert records[job].attempts == 2 and records[job].worker == second
+    # The winner logs its success just after its write: wait for the line, then count.
+    wait_until(lambda: succeeded_in_log(fleet, second, job), f"{second} logged it", timeout=30)
     finished = [name for name in (first, second) if succeeded_in_log(fleet, name, job)]
     assert finished == [second], finished  # 0 runs twice to completion
     report_case("duplicate delivery racing a stalled run", fleet, records, recovered_s=recovered_s)
