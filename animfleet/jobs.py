@@ -187,7 +187,10 @@ class JobRecord(BaseModel):
     started_at: float | None = None
     completed_at: float | None = None
     attempts: int = 0
-    worker: str | None = None
+    worker: str | None = None  # the worker slot of the run that holds the job (or held it last)
+    # That run's fencing token (:mod:`animfleet.region.runs`): its writes count only while the
+    # record still names it. None while queued (or started by a worker that predates tokens).
+    run: str | None = None
     progress: JobProgress = Field(default_factory=JobProgress)
     metrics: JobMetrics = Field(default_factory=JobMetrics)
     output: JobOutput | None = None

@@ -158,16 +158,42 @@ def configure(region: Region, settings: WorkerSettings) -> Celery:
     return app
 
 
+# A delivery of a job whose run is alive (its lease is live) is sent again later rather than
+# acked away: if that run dies, the deferred delivery takes the job over once its lease lapses.
+# Bounded: past this many deferrals the live run has held the job for minutes; the sweeper
+# requeues it if that run dies later.
+MAX_DEFERRALS = 20
+MAX_DEFER_S = 60.0
+
+
 @app.task(name=ANIMATE_TASK, bind=True)  # type: ignore[untyped-decorator]
 def animate(self: Any, job_id: str) -> None:
-    del self
-    if process.slots is not None:
-        with process.slots.take() as slot:
-            _animate(slot, job_id)
-        return
-    if process.runner is None:
-        raise RuntimeError("worker process has no model loaded")
-    _animate(process.runner, job_id)
+    from animfleet.region.runs import LeaseHeld
+
+    try:
+        if process.slots is not None:
+            with process.slots.take() as slot:
+                _animate(slot, job_id)
+            return
+        if process.runner is None:
+            raise RuntimeError("worker process has no model loaded")
+        _animate(process.runner, job_id)
+    except LeaseHeld as held:
+        deferrals = int(self.request.retries)
+        if deferrals >= MAX_DEFERRALS:
+            log.info("job.duplicate_delivery", job_id=job_id, running_on=held.worker)
+            return
+        # First when the live lease would lapse (a dead run's job is taken over at once),
+        # then backing off: a live run renews its lease until it ends.
+        countdown = min(held.remaining_s + 2.0**deferrals - 1.0, MAX_DEFER_S)
+        log.info(
+            "job.delivery_deferred",
+            job_id=job_id,
+            running_on=held.worker,
+            countdown_s=round(countdown, 2),
+            deferrals=deferrals + 1,
+        )
+        raise self.retry(countdown=countdown, max_retries=MAX_DEFERRALS) from None
 
 
 def _animate(runner: JobRunner, job_id: str) -> None:

@@ -5,6 +5,10 @@ it lapses, so a worker that dies stops counting as capacity without anyone notic
 With each beat the worker also claims what it holds warm (add-ons, image templates) and its
 direct queue (:mod:`animfleet.region.affinity`), under the same TTL.
 
+Each beat also renews the run lease of the job each slot runs (:mod:`animfleet.region.runs`):
+the job's liveness is its own run's, so a pool child killed mid-job lets its job's lease lapse
+even though the next pool child heartbeats under the same worker name.
+
 A batch worker publishes one entry per job slot (``<worker>/<slot>``), each idle or busy with
 its own job, so the region counts its slots as it counts one-job workers; each slot claims the
 worker's holdings and has a direct queue, so placement can hand a job to any idle slot.
@@ -21,14 +25,18 @@ from dataclasses import dataclass
 import redis
 
 from animfleet.region.affinity import DirectQueues, Holdings
+from animfleet.region.jobstore import JobStore
+from animfleet.region.runs import Run, RunLeases
 from animfleet.region.workers import WorkerRegistry, slot_names
 
 
 @dataclass
 class SlotState:
-    """One slot's job (``None``: idle), as the prefetch listener of that slot reads it."""
+    """One slot's job (``None``: idle), as the prefetch listener of that slot reads it, and
+    the run whose lease the slot's beats renew once the job started."""
 
     job_id: str | None = None
+    run: Run | None = None
 
 
 class Heartbeat:
@@ -51,6 +59,7 @@ class Heartbeat:
         self.registry = WorkerRegistry(client, region)
         self.holdings, self.direct = holdings, direct
         self.claims = Holdings(client, region)
+        self.runs = RunLeases(JobStore(client))
         self.interval_s, self.ttl_s = interval_s, ttl_s
         self.members = slot_names(worker, slots)
         self.slots = [SlotState() for _ in self.members]
@@ -71,10 +80,15 @@ class Heartbeat:
 
     def busy(self, job_id: str | None, slot: int = 0) -> None:
         """Mark ``slot`` busy with ``job_id`` (or idle with ``None``) and publish it at once."""
-        self.slots[slot].job_id = job_id
+        self.slots[slot].job_id, self.slots[slot].run = job_id, None
         if slot == 0:
             self.job_id = job_id
         self._beat_slot(slot)
+
+    def hold(self, run: Run, slot: int = 0) -> None:
+        """Renew ``run``'s lease with every beat of ``slot`` from now until the slot is idle."""
+        with self._lock:
+            self.slots[slot].run = run
 
     def beat(self) -> None:
         for slot in range(len(self.members)):
@@ -83,7 +97,9 @@ class Heartbeat:
     def _beat_slot(self, slot: int) -> None:
         member = self.members[slot]
         with self._lock:  # a slot's idle beat must not land after its next busy one
-            job_id = self.slots[slot].job_id
+            job_id, run = self.slots[slot].job_id, self.slots[slot].run
+            if run is not None:  # False: fenced off or lapsed; the run's next write finds out
+                self.runs.renew(run, self.ttl_s)
             state = {
                 "worker": member,
                 "state": "busy" if job_id else "idle",

@@ -1,4 +1,11 @@
-"""One job on one GPU: input -> pipeline -> MP4 -> storage; the record advanced at each step."""
+"""One job on one GPU: input -> pipeline -> MP4 -> storage; the record advanced at each step.
+
+Each run of a job holds a lease with a fencing token (:mod:`animfleet.region.runs`): the run
+starts in one transaction that takes the lease, and every later write (progress, output,
+finish) counts only while the record still names the run. A delivery of a job whose run is
+alive raises :class:`LeaseHeld` (the task defers it); a run whose writes are refused stops,
+logs ``job.fenced`` and removes the output object it uploaded.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +17,6 @@ from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
-import redis
 import structlog
 from billiard.exceptions import SoftTimeLimitExceeded
 from PIL import Image
@@ -25,12 +31,9 @@ from animfleet.jobs import (
     JobRecord,
     JobState,
 )
-from animfleet.region.canary import VersionRuns, judge
-from animfleet.region.deployments import Deployments
 from animfleet.region.jobstore import JobNotFound, JobStore, expire_if_overdue
-from animfleet.region.workers import WorkerRegistry
+from animfleet.region.runs import RUN_LEASE_TTL_S, Run, RunFenced, RunLeases
 from animfleet.topology import Region
-from animfleet.versions import is_pinned, sticky_fraction
 from storage import ObjectInfo, ObjectStore, StorageError, StorageUnavailable, output_key
 from workers import metrics as worker_metrics
 from workers.encode import EncodeError, encode_mp4
@@ -41,17 +44,11 @@ from workers.model import Animator, ModelError
 from workers.model.grey import is_grey, to_grey
 from workers.model.masked import prefetch
 from workers.model.pipeline import StepCallback
+from workers.outcomes import observe_outcome, version_to_run
 from workers.settings import WorkerSettings
 from workers.versions import ModelShelf
 
 log = structlog.stdlib.get_logger("animfleet.worker")
-UNNAMED_MODEL = "worker@local"  # a runner built without a shelf (in-process tests)
-
-# Failures that count against the version that ran the job (a canary that fails these is
-# rolled back); bad input, cancels, deadlines and storage trouble do not.
-VERSION_FAILURES = frozenset(
-    {"model_error", "model_unavailable", "internal_error", "timeout", "worker_lost"}
-)
 
 
 class BatchDenoiser(Protocol):
@@ -95,8 +92,18 @@ class JobRunner:
     batch: BatchDenoiser | None = None
     slot: int = 0
 
+    def __post_init__(self) -> None:
+        self.runs = RunLeases(self.store)
+
+    @property
+    def lease_ttl_s(self) -> float:
+        """How long the run's lease lasts unrenewed: its heartbeat's TTL, which renews it."""
+        return self.heartbeat.ttl_s if self.heartbeat else RUN_LEASE_TTL_S
+
     def run(self, job_id: str) -> None:
-        """Run ``job_id`` to a terminal state; never raises for a job-level failure."""
+        """Run ``job_id`` to a terminal state; never raises for a job-level failure.
+
+        Raises :class:`LeaseHeld` if another run of the job is alive: defer the delivery."""
         if self.heartbeat:
             self.heartbeat.busy(job_id, self.slot)
         try:
@@ -115,11 +122,6 @@ class JobRunner:
         if record.status.terminal:  # e.g. canceled or expired while queued: never starts
             bound.info("job.already_terminal", status=record.status.value)
             return
-        if self._running_elsewhere(record):
-            # A second delivery of a job a live worker runs (a requeue raced the broker's own
-            # redelivery): running it again would only waste a GPU.
-            bound.info("job.duplicate_delivery", running_on=record.worker)
-            return
         now = time.time()
         if record.start_overdue(now):
             try:
@@ -128,39 +130,32 @@ class JobRunner:
             except IllegalTransition:
                 pass
             return
-        if record.attempts >= self.settings.max_deliveries:
-            self._finish(
-                bound,
-                job_id,
-                JobState.FAILED,
-                error=JobError(
-                    code="worker_lost",
-                    message=f"a worker died {record.attempts} times running this job; giving up",
-                ),
-            )
-            return
-        started = self._start(bound, record)
+        started = self._start(bound, record)  # LeaseHeld: another run is alive
         if started is None:
             return
-        record = started
-        bound = bound.bind(attempt=record.attempts)
+        record, run = started
+        if self.heartbeat:  # the run's lease lives as long as its slot's heartbeat
+            self.heartbeat.hold(run, self.slot)
+        bound = bound.bind(attempt=record.attempts, run=run.token)
         try:
-            output, metrics = self._execute(record)
+            output, metrics = self._execute(record, run)
+        except RunFenced as fenced:
+            self._fenced(bound, fenced, None)
         except JobCanceled as stop:
             if stop.code == "deadline_exceeded":
                 self._finish(
-                    bound, job_id, JobState.CANCELED, JobError(code=stop.code, message=stop.message)
+                    bound, run, JobState.CANCELED, JobError(code=stop.code, message=stop.message)
                 )
             else:  # the record says canceled already
                 bound.info("job.stopped", reason=stop.code, step=stop.message)
         except JobFailed as failure:
             self._finish(
-                bound, job_id, JobState.FAILED, JobError(code=failure.code, message=failure.message)
+                bound, run, JobState.FAILED, JobError(code=failure.code, message=failure.message)
             )
         except SoftTimeLimitExceeded:
             self._finish(
                 bound,
-                job_id,
+                run,
                 JobState.FAILED,
                 JobError(
                     code="timeout", message=f"job ran past {self.settings.soft_time_limit_s}s"
@@ -170,19 +165,14 @@ class JobRunner:
             bound.exception("job.internal_error")
             self._finish(
                 bound,
-                job_id,
+                run,
                 JobState.FAILED,
                 JobError(code="internal_error", message=f"{type(error).__name__}: {error}"),
             )
         else:
-            self._finish(bound, job_id, JobState.SUCCEEDED, output=output, metrics=metrics)
+            self._finish(bound, run, JobState.SUCCEEDED, output=output, metrics=metrics)
 
-    def _running_elsewhere(self, record: JobRecord) -> bool:
-        if record.status is not JobState.RUNNING or record.worker in (None, self.worker_name):
-            return False
-        return WorkerRegistry(self.store.redis, self.region.name).present(str(record.worker))
-
-    def _execute(self, record: JobRecord) -> tuple[JobOutput, dict[str, float]]:
+    def _execute(self, record: JobRecord, run: Run) -> tuple[JobOutput, dict[str, float]]:
         addons = getattr(self.animator, "addons", None)  # stand-ins and fakes have none
         if addons is not None and record.params.addons:  # loads overlap the input's download
             addons.prefetch([use.name for use in record.params.addons])
@@ -218,7 +208,7 @@ class JobRunner:
                     )
                 current.progress.step, current.progress.total = step, total
 
-            self.store.update(record.id, progress)
+            self.runs.write(run, progress, self.lease_ttl_s)  # RunFenced stops the run
 
         try:
             animator = self.shelf.get(params.model_version)[1] if self.shelf else self.animator
@@ -248,7 +238,7 @@ class JobRunner:
         except EncodeError as error:
             raise JobFailed("encode_error", str(error)) from error
         encoded = time.perf_counter()
-        key = output_key(self.region.storage.prefix, record.id)
+        key = output_key(self.region.storage.prefix, record.id, run.token)
         info = self._upload(key, video)
         uploaded = time.perf_counter()
         output = JobOutput(
@@ -283,50 +273,39 @@ class JobRunner:
         except StorageError as error:
             raise JobFailed("storage_error", str(error)) from error
 
-    def _start(self, bound: structlog.stdlib.BoundLogger, read: JobRecord) -> JobRecord | None:
-        """Mark the job running, in one transaction with the checks that allow it: a job
-        canceled or expired since it was read is not started (and that is no error).
-        The record names the version that runs it (see :meth:`_version_now`)."""
-        job_id, version = read.id, self._version_now(bound, read)
+    def _start(
+        self, bound: structlog.stdlib.BoundLogger, read: JobRecord
+    ) -> tuple[JobRecord, Run] | None:
+        """Start a run of the job and take its lease, in one transaction with the checks that
+        allow it: a job canceled or expired since it was read is not started (and that is no
+        error); a job whose workers died ``max_deliveries`` times fails ``worker_lost``; a job
+        whose run is alive raises :class:`LeaseHeld`. The record names the version that runs
+        it (see :func:`version_to_run`)."""
+        version = version_to_run(self.store.redis, self.region.name, self.shelf, bound, read)
 
-        def change(record: JobRecord) -> None:
-            if record.status.terminal:
-                raise IllegalTransition(f"job {job_id} is {record.status.value}")
-            record.transition(JobState.RUNNING)
-            record.worker = self.worker_name
-            record.progress.step = 0
-            if version != record.params.model_version:
+        def prepare(record: JobRecord) -> None:
+            if record.attempts >= self.settings.max_deliveries:
+                message = f"a worker died {record.attempts} times running this job; giving up"
+                record.end(JobState.FAILED, "worker_lost", message)
+            elif version != record.params.model_version:
                 record.params = record.params.model_copy(update={"model_version": version})
 
         try:
-            record = self.store.update(job_id, change)
+            record, run = self.runs.start(read.id, self.worker_name, self.lease_ttl_s, prepare)
         except IllegalTransition as refused:
             bound.info("job.not_started", reason=str(refused))
             return None
+        if run is None:  # it gave up on the job instead
+            self._finished(bound, record)
+            return None
         bound.info("job.transition", status=JobState.RUNNING.value, attempts=record.attempts)
         worker_metrics.job_started(record)
-        return record
-
-    def _version_now(self, bound: structlog.stdlib.BoundLogger, record: JobRecord) -> str:
-        """The version to run: the one picked at submit, unless its deployment has rolled it
-        back since (then the deployment picks again); the worker's own model when none."""
-        picked, model = record.params.model_version, record.params.model
-        if picked is None:
-            return self.shelf.own_label if self.shelf else UNNAMED_MODEL
-        if model is None or is_pinned(model):
-            return picked
-        deployment = Deployments(self.store.redis, self.region.name).get(model)
-        if deployment is None or deployment.versions.get(picked, 0.0) > 0:
-            return picked
-        repicked = deployment.pick(sticky_fraction(record.id))
-        if repicked != picked:
-            bound.info("job.version_repicked", deployment=model, was=picked, now=repicked)
-        return repicked
+        return record, run
 
     def _finish(
         self,
         bound: structlog.stdlib.BoundLogger,
-        job_id: str,
+        run: Run,
         state: JobState,
         error: JobError | None = None,
         output: JobOutput | None = None,
@@ -339,50 +318,54 @@ class JobRunner:
                 setattr(record.metrics, name, value)
 
         try:
-            record = self.store.update(job_id, change)
+            record = self.runs.write(run, change, self.lease_ttl_s)
+        except RunFenced as fenced:
+            self._fenced(bound, fenced, output)
+            return
         except IllegalTransition as refused:  # e.g. canceled while it ran: that state stands
             bound.warning("job.finish_refused", wanted=state.value, reason=str(refused))
+            self._discard(bound, run.job_id, output)
             return
+        self._finished(bound, record)
+
+    def _finished(self, bound: structlog.stdlib.BoundLogger, record: JobRecord) -> None:
         worker_metrics.job_finished(record)
-        self._observe_version(bound, record)
+        observe_outcome(self.store.redis, self.region.name, bound, record)
         bound.info(
             "job.transition",
-            status=state.value,
+            status=record.status.value,
             attempts=record.attempts,
-            error_code=error.code if error else None,
-            output_key=output.key if output else None,
+            error_code=record.error.code if record.error else None,
+            output_key=record.output.key if record.output else None,
             **record.metrics.model_dump(exclude_none=True),
         )
 
-    def _observe_version(self, bound: structlog.stdlib.BoundLogger, record: JobRecord) -> None:
-        """Count the outcome against the version that ran the job, then let its deployment
-        judge its canaries (a rollback is logged and counted here, where it happened)."""
-        version = record.params.model_version
-        failed = record.error is not None and record.error.code in VERSION_FAILURES
-        if version is None or not (record.status is JobState.SUCCEEDED or failed):
+    def _fenced(
+        self, bound: structlog.stdlib.BoundLogger, fenced: RunFenced, output: JobOutput | None
+    ) -> None:
+        """This run lost the job (another run took it over, or the sweeper requeued it): stop,
+        and leave no output behind but the one the record points to."""
+        bound.warning("job.fenced", now_run=fenced.holder)
+        self._discard(bound, fenced.run.job_id, output)
+
+    def _discard(
+        self, bound: structlog.stdlib.BoundLogger, job_id: str, output: JobOutput | None
+    ) -> None:
+        """Delete this run's uploaded ``output`` unless the record points to it."""
+        if output is None:
             return
-        seconds = (record.completed_at or 0.0) - (record.started_at or record.completed_at or 0.0)
-        worker_metrics.VERSION_OUTCOMES.labels(
-            self.region.name, version, "failed" if failed else "succeeded"
-        ).inc()
         try:
-            VersionRuns(self.store.redis, self.region.name).record(
-                version, record.id, not failed, seconds
-            )
-            model = record.params.model
-            if model is None or is_pinned(model):
-                return
-            for event in judge(self.store.redis, self.region.name, model):
-                worker_metrics.ROLLBACKS.labels(self.region.name, model, str(event.version)).inc()
-                bound.warning(
-                    "deployment.rolled_back",
-                    deployment=model,
-                    version=event.version,
-                    reason=event.reason,
-                    failed_jobs=event.failed_jobs,
-                )
-        except redis.RedisError as error:  # the job's own outcome is recorded already
-            bound.warning("deployment.outcome_unrecorded", version=version, error=str(error))
+            current = self.store.get(job_id).output
+        except JobNotFound:
+            current = None
+        if current is not None and current.key == output.key:
+            return
+        try:
+            self.objects.delete(output.key)
+        except StorageError as error:  # the sweeper's reconcile deletes it later
+            bound.warning("output.discard_failed", key=output.key, error=str(error))
+            return
+        bound.info("output.discarded", key=output.key)
 
 
 def check_decodes(image: bytes) -> None:

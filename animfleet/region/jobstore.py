@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
@@ -152,11 +152,14 @@ class JobStore:
         job_id: str,
         change: Callable[[JobRecord], None],
         also: Callable[[redis.client.Pipeline, JobRecord], None] | None = None,
+        watch: Sequence[str] = (),
     ) -> JobRecord:
         """Apply ``change`` to the current record atomically and return the new record.
 
         ``change`` may raise (e.g. :class:`IllegalTransition`); then nothing is written.
         ``also`` adds commands to the same transaction (a requeue pushes the job's message).
+        ``watch`` names more keys the write depends on: they are WATCHed before ``change`` runs,
+        so ``change`` may read them, and nothing is written if one changed meanwhile.
         Once the record is terminal, its input bytes are dropped. A connection failure is
         retried for up to ``retry_s`` (``change`` then runs again on the record as it is).
         """
@@ -201,6 +204,7 @@ class JobStore:
             self.redis.transaction,
             apply,
             key,
+            *watch,
             value_from_callable=True,
         )
         assert isinstance(result, JobRecord)

@@ -2,7 +2,8 @@
 
 Each name has one owner module in this package, which alone reads and writes it:
 :mod:`.jobstore` (records, inputs, queue order, deadlines, run times, idempotency, the holding and
-waiting sets), :mod:`.workers` (heartbeats), :mod:`.outbox` (webhook deliveries) and
+waiting sets), :mod:`.runs` (the lease of each job's live run), :mod:`.workers` (heartbeats),
+:mod:`.outbox` (webhook deliveries) and
 :mod:`.status` (read-only counts for the router), :mod:`.affinity` (what workers hold warm,
 their direct queues), :mod:`.sweeper` (its lease and the
 time a region lost its last worker) and :mod:`.backlog` with :mod:`.handoff` (the backlog; its
@@ -22,6 +23,7 @@ DRAINING_KEY = KEY_PREFIX + "draining:"  # + region + ":" + worker -> set while 
 QUEUED_SET = KEY_PREFIX + "queued:"  # + region -> zset of queued job ids scored by enqueue time
 FINISHED_SET = KEY_PREFIX + "finished:"  # + region -> zset of terminal job ids by end time
 RUNNING_SET = KEY_PREFIX + "running:"  # + region -> zset of running job ids by start time
+RUN_LEASE_KEY = KEY_PREFIX + "run-lease:"  # + job id -> its live run's token, expiring
 SWEEP_LEASE_KEY = KEY_PREFIX + "sweep-lease:"  # + region -> held by one sweeper per pass
 NO_WORKERS_KEY = KEY_PREFIX + "no-workers-since:"  # + region -> when a sweeper first saw none
 START_BY_SET = KEY_PREFIX + "start-by:"  # + region -> zset of queued job ids by start deadline

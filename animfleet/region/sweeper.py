@@ -4,15 +4,16 @@ Runs in its own process (``animfleet sweeper``, :mod:`workers.sweeping`), every 
 several copies are safe: each pass holds a short lease on the region, and every change is a
 transaction on the record that re-checks what the pass saw.
 
-- A ``running`` job whose worker is gone (its heartbeat details expired: host lost, process
-  killed) goes back on the queue at once, the same job id, with its message pushed in the same
+- A ``running`` job whose run is gone (its run lease lapsed, :mod:`.runs`: host lost, process
+  or pool child killed, even while a new pool child heartbeats under the same worker name)
+  goes back on the queue at once, the same job id, with its message pushed in the same
   transaction; past its ``deadline`` it ends ``canceled``/``deadline_exceeded`` instead, and
   after ``max_deliveries`` starts it fails ``worker_lost``. Recovery takes the heartbeat TTL
   plus one pass, not the broker's visibility timeout. A job placed on a worker's direct queue
   (:mod:`.affinity`) that the worker never took moves to the shared queue once the worker
-  stops being live. At most one output holds: the output key
-  is the job id, and a late duplicate delivery finds the record running on a live worker (or
-  terminal) and does nothing.
+  stops being live. At most one output holds: the requeue drops the lost run's token, so its
+  writes are refused from then on, and a late duplicate delivery finds the record running
+  under a live lease (and waits) or terminal (and does nothing).
 - A ``queued`` job waits at most ``max_queued_s`` (the default start deadline), and at most
   ``orphan_after_s`` in a region that has had no live worker that long: then it ends ``expired``
   with ``no_capacity``, on the GPU queue and in the backlog alike (the scheduler sends a
@@ -46,6 +47,7 @@ from animfleet.region.keys import (
     WORKER_SET,
 )
 from animfleet.region.messages import AnimateMessages
+from animfleet.region.runs import RunLeases
 from animfleet.region.workers import WorkerRegistry
 from animfleet.settings import EnvSettings, load
 from animfleet.topology import Region
@@ -102,6 +104,7 @@ class Sweeper:
         self.redis: redis.Redis = store.redis
         self.messages = AnimateMessages(region)
         self.workers = WorkerRegistry(store.redis, region.name)
+        self.runs = RunLeases(store)
         self.direct = DirectQueues(store.redis, region)
         self.backlog = Backlog(store.redis, region.name)
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{id(self)}"  # names the process
@@ -134,13 +137,10 @@ class Sweeper:
         info = self.redis.info("server")
         return float(info.get("uptime_in_seconds", 0))
 
-    # -- running jobs whose worker is gone ---------------------------------------------------
-    def _worker_present(self, worker: str | None) -> bool:
-        return worker is not None and self.workers.present(worker)
-
+    # -- running jobs whose run is gone ------------------------------------------------------
     def _sweep_running(self, now: float, result: SweepResult) -> None:
         for record in self.store.running(self.region.name):
-            if self._worker_present(record.worker):
+            if self.runs.live(record):  # the job's own run lease, not its worker's name
                 continue
             ended = self._recover(record, now)
             if ended is None:
@@ -157,6 +157,9 @@ class Sweeper:
         def change(record: JobRecord) -> None:
             if record.status is not JobState.RUNNING or record.worker != seen.worker:
                 raise IllegalTransition(f"job {record.id} moved on")
+            if record.run != seen.run or self.runs.live(record):  # the lease is WATCHed
+                raise IllegalTransition(f"job {record.id}: its run is alive")
+            record.run = None  # the lost run's writes are refused from now on
             if record.deadline is not None and now >= record.deadline:
                 record.end(JobState.CANCELED, "deadline_exceeded", "its worker was lost")
             elif record.attempts >= self.settings.max_deliveries:
@@ -172,7 +175,7 @@ class Sweeper:
                 pipe.lpush(self.region.queue, self.messages.for_job(record.id))
 
         try:
-            self.store.update(seen.id, change, also=push)
+            self.store.update(seen.id, change, also=push, watch=(RunLeases.key(seen.id),))
         except (IllegalTransition, JobNotFound):
             return ""
         return None if outcome[-1] == JobState.QUEUED.value else outcome[-1]
@@ -234,7 +237,8 @@ class Sweeper:
         assert self.objects is not None and self.archive is not None
         deleted: list[str] = []
         for key in self.objects.list_keys(self.outputs_prefix):
-            job_id = key.removeprefix(self.outputs_prefix).removesuffix(".mp4")
+            # outputs/<job id>.mp4, or outputs/<job id>/<run token>.mp4 (one run's output)
+            job_id = key.removeprefix(self.outputs_prefix).partition("/")[0].removesuffix(".mp4")
             try:
                 record: JobRecord | None = self.store.get(job_id)
             except JobNotFound:

@@ -87,7 +87,9 @@ def run_job(
 def test_success_uploads_one_mp4_and_records_metrics(run_job: Any) -> None:
     record, objects = run_job(good_frames)
     assert record.status is JobState.SUCCEEDED and record.attempts == 1
-    assert record.output.key == f"outputs/{record.id}.mp4" and record.output.frames == 4
+    # One object per run: the key names the run that wrote it (the record's fencing token).
+    assert record.output.key == f"outputs/{record.id}/{record.run}.mp4"
+    assert record.output.frames == 4
     assert objects.list_keys("") == [record.output.key]
     assert record.metrics.inference_time is not None and record.metrics.upload_time is not None
     assert record.progress.step == 1 and record.worker == "w1"

@@ -172,11 +172,13 @@ data "aws_iam_policy_document" "worker" {
     resources = [local.model_registry_arn]
   }
 
+  # Delete: a run fenced off its job removes the output object it uploaded (its own key).
   statement {
     sid = "ReadWriteOutputs"
     actions = [
       "s3:GetObject",
       "s3:PutObject",
+      "s3:DeleteObject",
       "s3:AbortMultipartUpload",
     ]
     resources = [local.outputs_arn]
