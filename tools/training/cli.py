@@ -239,9 +239,10 @@ def evaluate_fill(args: argparse.Namespace) -> int:
 
     photos = tuple(args.fill_photos.split(",")) if args.fill_photos else EVAL_PHOTOS
     report = run_fill_eval(Path(args.out), photos)
-    print(summary(report))
+    table = summary(report)
+    print(table)
     print(f"report: {Path(args.out) / 'fill.json'}")
-    return 0
+    return 0 if table.endswith("overall: PASS") else 1  # a failed bar fails the command
 
 
 def evaluate_photos(args: argparse.Namespace) -> int:
