@@ -243,19 +243,18 @@ export interface components {
             fps?: number | null;
             /**
              * Size
-             * @description width and height of a square video
-             * @default 64
-             * @example 64
+             * @description width and height of a square video (default: see width)
+             * @example 512
              */
             size?: number | null;
             /**
              * Width
-             * @default 64
+             * @description omitted with height: 512 px on the image's long side, its aspect ratio (multiples of 8); omitted alone: follows height and the image's aspect ratio
              */
             width?: number | null;
             /**
              * Height
-             * @default 64
+             * @description as width
              */
             height?: number | null;
             /** Seed */
@@ -516,19 +515,18 @@ export interface components {
             fps?: number | null;
             /**
              * Size
-             * @description width and height of a square video
-             * @default 64
-             * @example 64
+             * @description width and height of a square video (default: see width)
+             * @example 512
              */
             size?: number | null;
             /**
              * Width
-             * @default 64
+             * @description omitted with height: 512 px on the image's long side, its aspect ratio (multiples of 8); omitted alone: follows height and the image's aspect ratio
              */
             width?: number | null;
             /**
              * Height
-             * @default 64
+             * @description as width
              */
             height?: number | null;
             /** Seed */

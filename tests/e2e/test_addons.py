@@ -38,7 +38,7 @@ def _scene() -> str:
 def _run(api: httpx.Client, image: str, **fields: Any) -> tuple[dict[str, Any], np.ndarray]:
     response = api.post(
         "/v1/jobs",
-        json={"image": image, "prompt": "still", "frames": 8, "seed": 3, **fields},
+        json={"image": image, "prompt": "still", "frames": 8, "size": 64, "seed": 3, **fields},
         headers={"Prefer": "wait=60"},
     )
     assert response.status_code == 200, response.text

@@ -74,6 +74,7 @@ def test_a_masked_job_keeps_the_image_outside_the_mask_and_moves_inside(api: htt
         "mask": _data_uri(mask),
         "prompt": sample.prompt,
         "frames": 8,
+        "size": 64,  # the model's own size (the default is 512 px on the long side)
         "seed": 4,
     }
     response = api.post("/v1/jobs", json=body, headers={"Prefer": "wait=60"})
