@@ -130,7 +130,6 @@ class BootMeasurement(Generic[A]):
 
     entry: DeviceProfile
     chosen: A
-    seconds: float
 
 
 def _unmeasured(choice: Choice, note: str) -> Measurement:
@@ -217,4 +216,4 @@ def measure(
         note=f"measured at worker boot in {clock() - started:.1f} s (budget {budget_s:g} s)",
     )
     chosen = next(trial.animator for trial in trials if trial.choice == best.choice)
-    return BootMeasurement(entry, chosen, clock() - started)
+    return BootMeasurement(entry, chosen)
