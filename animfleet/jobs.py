@@ -153,6 +153,9 @@ class JobParams(BaseModel):
     addons: tuple[AddonUse, ...] = ()
     # sha256 of the mask PNG stored beside the input image (white animates); None: no mask.
     mask: str | None = None
+    # sha256 of the input image's bytes as submitted, computed once at submit: what a worker's
+    # template cache keys the image by. None: a record from before it was kept.
+    image_sha256: str | None = None
     # Motion-brush regions (each mask by its hash, stored beside the image) and whether the
     # clip loops seamlessly (:mod:`animfleet.brush`); none and False: as before brushes.
     regions: tuple[RegionUse, ...] = ()

@@ -13,23 +13,26 @@ import redis
 import structlog
 
 from animfleet.errors import AnimfleetError, TransientError
-from animfleet.job_inputs import MASK, JobInputs
 from animfleet.jobs import (
     JobRecord,
     new_job_id,
 )
 from animfleet.netguard import BlockedURL, NetGuard
-from animfleet.region.backlog import BACKLOGGED, CAPPED
-from animfleet.region.jobstore import (
-    ADMITTED,
-    EXISTS,
-    REPEAT,
-    JobStore,
-)
+from animfleet.region.admission import Outcome
+from animfleet.region.jobstore import JobStore
+from animfleet.region.listing import Listing
+from animfleet.region.tenants import Tenants
 from animfleet.topology import Topology
 from dispatcher import batch, metrics, records
 from dispatcher.addons import AddonChecker, take_images
-from dispatcher.admission import AdmissionSettings, AtCapacity, BacklogFull
+from dispatcher.admission import (
+    AdmissionSettings,
+    AtCapacity,
+    BacklogFull,
+    Placement,
+    RoutingCache,
+    admission_settings_from_env,
+)
 from dispatcher.brush_input import check_region_masks, take_region_masks
 from dispatcher.errors import DispatcherError
 from dispatcher.inputs import (
@@ -41,7 +44,7 @@ from dispatcher.inputs import (
 )
 from dispatcher.lookup import STORED_CLIENT_JOB_ID, JobLookup, RegionLink
 from dispatcher.mask_input import check_mask, check_mask_addons
-from dispatcher.placement import Placement, RoutingCache, admission_settings_from_env
+from dispatcher.prepared import PreparedInputs
 from dispatcher.versions import WORKER_MODEL, Choice, VersionChooser
 
 MAX_KEY_CHARS = 255  # Idempotency-Key
@@ -61,6 +64,8 @@ class JobHandle:
     region: str
     client: Client
     created: bool = True  # False: an idempotent repeat returned the job created earlier
+    # The record as admitted (a new job's; None for a repeat): no need to read it back.
+    record: JobRecord | None = None
 
     def get(self) -> JobRecord:
         return self.client.get(self.id)
@@ -133,7 +138,7 @@ class Client(JobLookup):
         ``model``: a deployment of the home region or a pinned ``name@version``; the version
         picked is on the record (``params.model_version``), sticky by ``idempotency_key``.
         A job no region can start now waits in its home region's backlog (status ``queued``);
-        :class:`dispatcher.admission.BacklogFull` when a backlog cap is reached.
+        :class:`dispatcher.admission.regions.BacklogFull` when a backlog cap is reached.
         ``idempotency_key``: the same key with the same request returns the job created first
         (``handle.created`` is False); with a different request it raises
         :class:`animfleet.region.jobstore.IdempotencyConflict`. ``job_id``: a client-chosen id
@@ -181,11 +186,16 @@ class Client(JobLookup):
             raise InvalidInput("Idempotency-Key", f"must be 1-{MAX_KEY_CHARS} characters")
         home = home_region or self.topology.names[0]
         self.topology.region(home)
-        fingerprint = records.fingerprint(image, request, home, mask)
-        # The mask and add-ons' control images ride with the image in the one value stored.
-        # Brushed regions' masks too.
-        extras = {**({MASK: mask} if mask is not None else {}), **controls, **region_masks}
-        stored = JobInputs(image, extras).pack()
+        # Decoded once (above), hashed and packed once: the mask, add-ons' control images and
+        # brushed regions' masks ride with the image in the one value stored.
+        inputs = PreparedInputs.of(
+            image,
+            (image_width, image_height),
+            mask,
+            masked.sha256 if masked else None,
+            {**controls, **region_masks},
+        )
+        fingerprint = records.fingerprint(inputs, request, home)
         sticky = idempotency_key or job_id or secrets.token_hex(8)
         choice = self.versions.choose(home, request.model, sticky)
         self.addons.check(home, request.addons)
@@ -197,14 +207,13 @@ class Client(JobLookup):
                 target,
                 home,
                 request,
-                stored,
+                inputs,
                 job_id,
                 idempotency_key,
                 fingerprint,
                 backlog,
                 backlog_cap,
                 choice,
-                masked.sha256 if masked else None,
             )
 
         def try_admit(target: str) -> bool:
@@ -257,29 +266,29 @@ class Client(JobLookup):
         target: str,
         home: str,
         request: AnimationRequest,
-        stored: bytes,
+        inputs: PreparedInputs,
         job_id: str | None,
         idempotency_key: str | None,
         fingerprint: str,
         backlog: bool = False,
         cap: int | None = None,
         choice: Choice = WORKER_MODEL,
-        mask: str | None = None,
     ) -> JobHandle | None:
         """Bind the idempotency keys, then try to take the job into ``target`` atomically
         (with ``backlog``, into its backlog when no GPU is free).
 
         Returns ``None`` (keys released) when ``target`` is full; raises :class:`_Repeat`
         when a key names a job created before, :class:`BacklogFull` when a cap is reached.
-        ``stored``: the image (and mask, and control images) as stored
-        (:class:`animfleet.job_inputs.JobInputs`).
+        A new job is listed under its tenant in its home region (by the admission script
+        itself at home).
         """
         new_id = job_id or new_job_id(target)
         keys = [f"id:{job_id}"] if job_id else []
         keys += [f"key:{idempotency_key}"] if idempotency_key else []
         home_store = self._link(home).store
-        # At home the keys are bound by the admission script itself: one round trip. A job
-        # spilled abroad binds them in its home region first (the keys live there).
+        # At home the keys are bound and the job listed by the admission script itself: one
+        # round trip. A job spilled abroad binds them in its home region first, and is listed
+        # there once admitted (those keys live there).
         bind_in_script = target == home
         claimed: list[str] = []
         if not bind_in_script:
@@ -296,41 +305,50 @@ class Client(JobLookup):
                 target,
                 home,
                 request,
+                inputs,
                 self.admission.default_start_deadline_s,
                 choice,
-                mask,
             )
             slots = [JobStore.idempotency_slot(key) for key in keys] if bind_in_script else []
             entry = JobStore.idempotency_entry(new_id, target, fingerprint)
             try:
                 answer = self._link(target).queue.admit(
-                    record, stored, slots, entry, backlog=backlog, tenant_cap=cap
+                    record,
+                    inputs.packed,
+                    slots,
+                    entry,
+                    backlog=backlog,
+                    tenant_cap=cap,
+                    index=bind_in_script,
                 )
             except redis.RedisError as error:
                 raise EnqueueFailed(
                     f"region {target}: could not enqueue job {new_id}: {error}"
                 ) from error
-            if answer.outcome == REPEAT and answer.earlier is not None:
+            if answer.outcome is Outcome.REPEAT and answer.earlier is not None:
                 key = keys[answer.matched - 1]
                 job, region = JobStore.earlier_job(key, answer.earlier, fingerprint)
                 raise _Repeat(JobHandle(job, region, self, created=False))
-            if answer.outcome == EXISTS:
+            if answer.outcome is Outcome.EXISTS:
                 raise EnqueueFailed(f"region {target}: job id {new_id} exists already")
-            if answer.outcome == CAPPED:
+            if answer.outcome is Outcome.CAPPED:
                 raise self._backlog_full(target, answer.cap, answer.live_workers)
         except BaseException:
             for key in claimed:  # nothing was queued: the caller may retry with the same key
                 home_store.release_idempotency_key(key)
             raise
-        if answer.outcome not in (ADMITTED, BACKLOGGED):
+        if answer.outcome not in (Outcome.ADMITTED, Outcome.BACKLOGGED):
             for key in claimed:
                 home_store.release_idempotency_key(key)
             log.debug("job.region_full", region=target, live=answer.live_workers, held=answer.held)
             return None
-        waited = answer.outcome == BACKLOGGED
+        if not bind_in_script:  # at home, the admission script listed it
+            Listing(home_store.redis).add(record.tenant, record.id, record.created_at)
+            Tenants(home_store.redis).track(record.tenant, record.id, record.created_at)
+        waited = answer.outcome is Outcome.BACKLOGGED
         log.info("job.submitted", job_id=new_id, region=target, home_region=home, backlog=waited)
         metrics.admitted(home, target, backlog=waited, version=choice.version)
-        return JobHandle(id=new_id, region=target, client=self)
+        return JobHandle(id=new_id, region=target, client=self, record=record)
 
     def _backlog_full(self, region: str, cap: str, live: int) -> BacklogFull:
         """Retry-After: the time the region's GPUs take to free 1 % of the cap (1-300 s)."""

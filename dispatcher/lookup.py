@@ -11,15 +11,15 @@ import structlog
 
 from animfleet.errors import TransientError
 from animfleet.jobs import IllegalTransition, JobRecord, JobState, region_of
+from animfleet.region.admission import BacklogCaps
 from animfleet.region.archive import RecordArchive
-from animfleet.region.backlog import Backlog, BacklogCaps
+from animfleet.region.backlog import Backlog
 from animfleet.region.eta import queue_eta
 from animfleet.region.jobstore import JobNotFound, JobStore, expire_if_overdue
 from animfleet.region.outbox import WebhookDelivery, replay_last
 from animfleet.region.status import RegionStatus, read_region_status
 from animfleet.topology import Region, Topology
-from dispatcher.admission import AdmissionSettings
-from dispatcher.enqueue import RegionQueue
+from dispatcher.admission import AdmissionSettings, RegionQueue
 from dispatcher.errors import DispatcherError
 
 # Client-chosen ids never contain a dot, so they cannot collide with ``<region>.<token>`` ids.

@@ -3,12 +3,12 @@ makes two submits "the same request" for idempotency."""
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 import time
 
 from animfleet.jobs import WEBHOOK_EVENTS, JobParams, JobRecord
 from dispatcher.inputs import AnimationRequest
+from dispatcher.prepared import PreparedInputs
 from dispatcher.versions import WORKER_MODEL, Choice
 
 
@@ -17,13 +17,13 @@ def new_record(
     target: str,
     home: str,
     request: AnimationRequest,
+    inputs: PreparedInputs,
     default_start_deadline_s: float | None = None,
     choice: Choice = WORKER_MODEL,
-    mask: str | None = None,
 ) -> JobRecord:
     """The queued record of a new job held by ``target`` for users of ``home``; a request
     without a start deadline gets ``default_start_deadline_s`` (so no job waits forever);
-    ``choice``: the model version picked for it; ``mask``: the hash of its mask, if any."""
+    ``inputs``: the digests it carries; ``choice``: the model version picked for it."""
     now = time.time()
     start_within = request.start_deadline or default_start_deadline_s
     return JobRecord(
@@ -43,7 +43,8 @@ def new_record(
             model=choice.model,
             model_version=choice.version,
             addons=request.addons,
-            mask=mask,
+            mask=inputs.mask_sha256,
+            image_sha256=inputs.image_sha256,
             regions=request.regions,
             loop=request.loop,
         ),
@@ -57,13 +58,13 @@ def new_record(
     )
 
 
-def fingerprint(
-    image: bytes, request: AnimationRequest, home: str, mask: bytes | None = None
-) -> str:
-    """What makes two submissions "the same request" for idempotency."""
-    digest = hashlib.sha256(bytes(image))
-    if mask is not None:  # none: the fingerprints of requests from before masks existed
-        digest.update(b"mask:" + hashlib.sha256(bytes(mask)).digest())
+def fingerprint(inputs: PreparedInputs, request: AnimationRequest, home: str) -> str:
+    """What makes two submissions "the same request" for idempotency: the sha256 of the
+    image's bytes, then the mask's digest, the request and the home region (the image's
+    digest so far is the one the record holds: the bytes are read once)."""
+    digest = inputs.image_hash.copy()
+    if inputs.mask_sha256 is not None:  # none: as requests from before masks existed
+        digest.update(b"mask:" + bytes.fromhex(inputs.mask_sha256))
     # Without add-ons, regions or a loop, the JSON of requests from before they existed:
     # their keys still match. A region's mask is in it by its hash.
     unused = {"addons"} if not request.addons else set()

@@ -25,12 +25,11 @@ from pydantic_settings import SettingsConfigDict
 
 from animfleet.jobs import IllegalTransition, JobRecord, JobState
 from animfleet.metrics import port_from_env, serve
-from animfleet.region.backlog import CAPPED, Backlog
+from animfleet.region.admission import Outcome, admission_limit
+from animfleet.region.backlog import Backlog
 from animfleet.region.catalog import ModelCatalog
 from animfleet.region.handoff import Handoff
 from animfleet.region.jobstore import (
-    FULL,
-    REPEAT,
     IdempotencyConflict,
     JobNotFound,
     JobStore,
@@ -41,9 +40,12 @@ from animfleet.region.tenants import Tenants
 from animfleet.settings import EnvSettings, load
 from animfleet.topology import Topology
 from dispatcher import metrics
-from dispatcher.admission import AdmissionSettings, admission_limit
-from dispatcher.enqueue import RegionQueue
-from dispatcher.placement import RoutingCache, admission_settings_from_env
+from dispatcher.admission import (
+    AdmissionSettings,
+    RegionQueue,
+    RoutingCache,
+    admission_settings_from_env,
+)
 
 WEIGHTS_EVERY_S = 5.0
 # What a spill claim's slot in the target holds: the copy's entry, or the recovering
@@ -178,7 +180,7 @@ class RegionScheduler:
             return self.settings.batch
         if Backlog(store.redis, target).depth():
             return 0
-        return admission_limit(load.live_workers, self.admission) - load.in_flight
+        return admission_limit(load.live_workers, self.admission.allowance) - load.in_flight
 
     def _move_abroad(self, job_id: str, target: str, token: str, into_backlog: bool = False) -> int:
         """Copy a claimed job into ``target`` (its GPU queue, or with ``into_backlog`` its
@@ -212,10 +214,10 @@ class RegionScheduler:
         answer = self.queue(target).admit(
             copy, image, idempotency=[slot], idempotency_entry=entry, backlog=into_backlog
         )
-        if answer.outcome in (FULL, CAPPED):
+        if answer.outcome in (Outcome.FULL, Outcome.CAPPED):
             self.handoff.give_back(job_id, token)
             return 0
-        if answer.outcome == REPEAT and _fingerprint(answer.earlier) != COPIED:
+        if answer.outcome is Outcome.REPEAT and _fingerprint(answer.earlier) != COPIED:
             log.warning("backlog.spill_fenced", job_id=job_id, region=self.region, target=target)
             return 0  # the claim was recovered by another scheduler while this one stalled
         return self._finish_move(job_id, target, token)

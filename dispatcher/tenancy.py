@@ -100,13 +100,6 @@ class Tenancy:
         as for an id that never existed, found at the same cost."""
         return self.client.get(job_id, tenant=tenant)
 
-    def index(self, record: JobRecord) -> None:
-        """List a new job under its tenant, in its home region, and count it in flight."""
-        store = self.client.store(record.home_region)
-        Listing(store.redis).add(record.tenant, record.id, record.created_at)
-        if not record.status.terminal:
-            self.tenants.track(record.tenant, record.id, record.created_at)
-
     def admission(self, tenant: str, jobs: int = 1) -> dict[str, int]:
         """What the tenant's limits allow ``jobs`` new jobs: raises :class:`InFlightLimit` when
         they would pass its in-flight limit; returns the submit options that carry its

@@ -14,6 +14,7 @@ import pytest
 import redis
 from PIL import Image
 
+from animfleet.topology import Topology
 from tools.localfleet import LocalFleet
 
 # Tests serve models nobody profiled (tiny and random ones, the shipped ones on another CPU
@@ -61,6 +62,17 @@ def _png(width: int = 64, height: int = 64, seed: int = 0, fmt: str = "PNG") -> 
     buffer = io.BytesIO()
     Image.fromarray(pixels).save(buffer, format=fmt)
     return buffer.getvalue()
+
+
+@pytest.fixture
+def one_region(servers: LocalFleet, tmp_path: Path) -> Topology:
+    """A topology of one region ``one`` on the private Redis's database 15 (``redis_client``'s),
+    its storage a directory."""
+    region = {
+        "broker_url": f"redis://127.0.0.1:{servers.redis_port}/15",
+        "storage": {"backend": "local", "root": str(tmp_path)},
+    }
+    return Topology.from_mapping({"regions": {"one": region}}, env={})
 
 
 @pytest.fixture

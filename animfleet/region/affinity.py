@@ -46,9 +46,11 @@ def template_thing(digest: str) -> str:
     return f"template:{digest}"
 
 
-def things_of(image: bytes, addons: Sequence[AddonUse] = ()) -> list[str]:
-    """What a job would find warm on a worker: its image's template and its add-ons."""
-    return [template_thing(image_digest(image)), *(addon_thing(use.name) for use in addons)]
+def things_of(image_sha256: str | None, addons: Sequence[AddonUse] = ()) -> list[str]:
+    """What a job would find warm on a worker: its image's template (by the digest on its
+    record; none for a record from before digests were kept) and its add-ons."""
+    template = [template_thing(image_sha256)] if image_sha256 is not None else []
+    return [*template, *(addon_thing(use.name) for use in addons)]
 
 
 def direct_queue(region: Region, worker: str) -> str:

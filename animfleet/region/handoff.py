@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import redis
 
+from animfleet.region.admission import LUA_ADMISSION_LIMIT
 from animfleet.region.backlog import Backlog
 from animfleet.region.keys import (
     BACKLOG_DEFICIT,
@@ -46,7 +47,9 @@ from animfleet.region.keys import (
 #       weights, moving
 # ARGV: now, allowance, most jobs to take, tenant key prefix, record key prefix,
 #       mode ('home' | 'claim'), target region (claim), most entries to look at, claim token
-_TAKE = """
+_TAKE = (
+    LUA_ADMISSION_LIMIT
+    + """
 local now, allowance, most = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local budget = tonumber(ARGV[8])
 local taken, skipped, overdue = {}, {}, {}
@@ -55,7 +58,7 @@ local function room()
   if ARGV[6] == 'claim' then return most - #taken end
   local live = redis.call('ZCOUNT', KEYS[1], now, '+inf')
   local held = redis.call('ZCOUNT', KEYS[2], now, '+inf') + redis.call('ZCARD', KEYS[3])
-  return math.floor(live * (1 + allowance) + 1e-9) - held
+  return admission_limit(live, allowance) - held
 end
 
 local function drop(tenant)
@@ -142,6 +145,7 @@ while #taken < most and room() > 0 do
 end
 return {taken, skipped, overdue, redis.call('ZCARD', KEYS[5])}
 """
+)
 
 # KEYS: moving, tenant backlog, backlog-all, messages, ring, active, deficits
 # ARGV: job id, claim token

@@ -1,10 +1,10 @@
 """Job records in a region's Redis: created by the dispatcher, advanced by workers.
 
-A record is created by the region's atomic admission script (:mod:`animfleet.region.backlog`),
-which stores the record and its input with its queue message (onto a GPU queue) or its backlog
-entry in one call. It is changed only by :meth:`JobStore.update`,
-which writes the change and the webhook events it causes (:mod:`animfleet.region.outbox`) in one
-transaction.
+A record is created only by the region's atomic admission script
+(:mod:`animfleet.region.admission`), which stores the record and its input with its queue
+message (onto a GPU queue) or its backlog entry in one call. It is changed only by
+:meth:`JobStore.update`, which writes the change and the webhook events it causes
+(:mod:`animfleet.region.outbox`) in one transaction.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import redis
 from tenacity import Retrying, retry_if_exception_type, stop_before_delay, wait_random_exponential
@@ -26,7 +25,6 @@ from animfleet.region.keys import (
     HOLDING_SET,
     IDEMPOTENCY_KEY,
     INPUT_KEY,
-    INPUT_TTL_S,
     JOB_KEY,
     QUEUED_SET,
     RECORD_TTL_S,
@@ -42,21 +40,6 @@ RECENT_RUNS = 50  # run times kept per region for the start estimate
 # (a restart or failover takes seconds): a worker that gives up too early strands its job.
 RETRY_S = 30.0
 TRANSIENT = (redis.ConnectionError, redis.TimeoutError)
-
-
-# What an admission script answers (:meth:`animfleet.region.backlog.Backlog.admit`).
-ADMITTED, FULL, EXISTS, REPEAT = 1, 0, -1, 2
-
-# KEYS: record, input, queued, start-by, holding set of the job's home region
-# ARGV: record json, image, record ttl, input ttl, job id, created at, start-by (or '')
-_CREATE = """
-if not redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[3], 'NX') then return 0 end
-redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[4])
-redis.call('ZADD', KEYS[3], ARGV[6], ARGV[5])
-if ARGV[7] ~= '' then redis.call('ZADD', KEYS[4], ARGV[7], ARGV[5]) end
-redis.call('ZADD', KEYS[5], ARGV[6], ARGV[5])
-return 1
-"""
 
 
 class JobNotFound(PermanentError, KeyError):
@@ -85,7 +68,6 @@ class JobStore:
     def __init__(self, client: redis.Redis, retry_s: float = RETRY_S) -> None:
         self.redis = client
         self.retry_s = retry_s
-        self._create = client.register_script(_CREATE)
 
     @classmethod
     def from_url(cls, url: str, retry_s: float = RETRY_S) -> JobStore:
@@ -99,31 +81,6 @@ class JobStore:
             stop=stop_before_delay(self.retry_s),
             reraise=True,
         )
-
-    def create(self, record: JobRecord, image: bytes) -> None:
-        """Store a new queued record and its input, with no message (the job is handed to a
-        worker by other means: tests, tools); fails if the id exists already. Jobs from users
-        are created by the admission script (:meth:`animfleet.region.backlog.Backlog.admit`),
-        which also checks capacity and pushes the message."""
-        limits = [t for t in (record.start_deadline, record.deadline) if t is not None]
-        keys = [
-            JOB_KEY + record.id,
-            INPUT_KEY + record.id,
-            QUEUED_SET + record.region,
-            START_BY_SET + record.region,
-            HOLDING_SET + record.home_region,
-        ]
-        args: list[Any] = [
-            record.model_dump_json(),
-            image,
-            RECORD_TTL_S,
-            INPUT_TTL_S,
-            record.id,
-            repr(record.created_at),
-            repr(min(limits)) if limits else "",
-        ]
-        if not self._create(keys=keys, args=args):
-            raise FileExistsError(f"job {record.id} exists already")
 
     def get(self, job_id: str) -> JobRecord:
         raw = self._retrying()(self.redis.get, JOB_KEY + job_id)

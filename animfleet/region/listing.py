@@ -65,7 +65,9 @@ class Listing:
         self.redis = client
 
     def add(self, tenant: str, job_id: str, created_at: float) -> None:
-        """Index a new job; entries older than a record lives are dropped on the way."""
+        """Index a new job; entries older than a record lives are dropped on the way. (The
+        admission script indexes a job admitted in its home region the same way, atomically
+        with its record: :mod:`animfleet.region.admission`.)"""
         key = TENANT_JOBS + tenant
         with self.redis.pipeline(transaction=False) as pipe:
             pipe.zadd(key, {job_id: created_at}, nx=True)

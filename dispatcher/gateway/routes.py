@@ -155,8 +155,8 @@ def _submit(
     except IdempotencyConflict as conflict:  # name the earlier job as its tenant knows it
         earlier = public_job_id(conflict.job_id, caller.tenant)
         raise IdempotencyConflict(conflict.key, earlier) from None
-    record = client.get(handle.id)
-    scoping.admitted(request, caller, record, handle.created)
+    record = handle.record or client.get(handle.id)  # a new job's record came back with it
+    scoping.admitted(caller, record)
     if not handle.created:
         response.headers["Idempotent-Replayed"] = "true"
     response.headers["Location"] = f"/v1/jobs/{public_job_id(handle.id, record.tenant)}"
@@ -227,9 +227,7 @@ def create_jobs(body: BatchRequest, request: Request, caller: CallerDep) -> Batc
         if isinstance(outcome, BatchResult):
             answers.append(outcome)
         elif isinstance(outcome, JobHandle):
-            record = client.get(outcome.id)
-            if outcome.created:
-                scoping.tenancy_of(request).index(record)
+            record = outcome.record or client.get(outcome.id)
             view = _view(runtime, record)
             answers.append(BatchResult(status=202 if outcome.created else 200, job=view))
         else:

@@ -68,10 +68,8 @@ def owned(request: Request, caller: Caller, job_id: str) -> JobRecord:
         raise JobNotFound(job_id) from None  # the id as the caller knows it
 
 
-def admitted(request: Request, caller: Caller, record: JobRecord, created: bool) -> None:
+def admitted(caller: Caller, record: JobRecord) -> None:
     """After a submit: a client-chosen id taken by another tenant is a conflict (not a leak of
-    that job); a new job is listed under its tenant."""
+    that job). (The admission listed a new job under its tenant.)"""
     if caller.key_id is not None and record.tenant != caller.tenant:
         raise ApiError(409, "conflict", "this job id is taken; choose another", "id")
-    if created:
-        tenancy_of(request).index(record)

@@ -14,8 +14,8 @@ from animfleet.logs import level_from_env
 from animfleet.metrics import port_from_env
 from animfleet.netguard import NetGuard
 from animfleet.settings import EnvSettings, SettingsError, load
+from dispatcher.admission import admission_settings_from_env
 from dispatcher.gateway.settings import GatewaySettings
-from dispatcher.placement import admission_settings_from_env
 from dispatcher.router import routing_settings_from_env
 
 

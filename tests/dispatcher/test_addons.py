@@ -13,7 +13,10 @@ from animfleet.addons import AddonUse, control_input
 from animfleet.region.addons import RegionAddons
 from dispatcher.addons import AddonChecker, take_images
 from dispatcher.inputs import InvalidInput, parse_request
+from dispatcher.prepared import PreparedInputs
 from dispatcher.records import fingerprint
+
+X = PreparedInputs.of(b"x", (1, 1))  # an image's inputs: only its digest matters here
 
 
 def test_requests_validate_addons() -> None:
@@ -34,7 +37,7 @@ def test_fingerprints_without_addons_are_unchanged(make_image: object) -> None:
     plain = parse_request(prompt="still")
     assert '"addons"' not in plain.model_dump_json(exclude={"addons"})
     with_addon = parse_request(prompt="still", addons=[{"name": "shake"}])
-    assert fingerprint(b"x", plain, "east") != fingerprint(b"x", with_addon, "east")
+    assert fingerprint(X, plain, "east") != fingerprint(X, with_addon, "east")
 
 
 def test_only_addons_the_region_serves_are_accepted(redis_client: redis.Redis) -> None:

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from animfleet.region.admission import admission_limit
 from dispatcher.admission import (
     AdmissionSettings,
     AtCapacity,
     RegionsFull,
     RetrySchedule,
-    admission_limit,
     admit,
     choose_region,
     execution_delay_s,
@@ -43,13 +43,13 @@ def test_admission_never_exceeds_the_allowance(
         in_flight[region] += 1
     for region, count in in_flight.items():
         assert count <= workers[region] * (1 + allowance)
-        assert count <= admission_limit(workers[region], settings)
+        assert count <= admission_limit(workers[region], allowance)
 
 
 def test_strict_limit_is_one_job_per_gpu() -> None:
-    assert admission_limit(10, AdmissionSettings(allowance=0)) == 10
-    assert admission_limit(100, AdmissionSettings(allowance=0.05)) == 105
-    assert admission_limit(0, AdmissionSettings(allowance=0.05)) == 0
+    assert admission_limit(10, allowance=0) == 10
+    assert admission_limit(100, allowance=0.05) == 105
+    assert admission_limit(0, allowance=0.05) == 0
 
 
 def test_backoff_stops_before_the_budget_and_raises_at_capacity(

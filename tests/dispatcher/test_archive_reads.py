@@ -6,6 +6,7 @@ import pytest
 import redis
 
 from animfleet.jobs import JobParams, JobRecord, JobState, new_job_id
+from animfleet.region.admission import seed
 from animfleet.region.archive import RecordArchive
 from animfleet.region.jobstore import JobNotFound, JobStore
 from dispatcher import Client
@@ -21,7 +22,7 @@ def test_an_archived_record_is_read_from_the_bucket(servers: LocalFleet) -> None
     region = topology.region(name)
     store = JobStore(redis.Redis.from_url(region.broker_url))
     job_id = new_job_id(name)
-    store.create(JobRecord(id=job_id, region=name, home_region=name, params=PARAMS), b"x")
+    seed(store.redis, JobRecord(id=job_id, region=name, home_region=name, params=PARAMS), b"x")
     store.update(job_id, lambda record: record.end(JobState.CANCELED, "canceled", "by request"))
     archive = RecordArchive(open_store(region.storage), region.storage.prefix)
     assert store.archive(job_id, name, archive)

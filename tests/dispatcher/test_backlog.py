@@ -9,13 +9,13 @@ import pytest
 import redis
 
 from animfleet.jobs import JobParams, JobRecord, JobState
-from animfleet.region.backlog import BACKLOGGED, CAPPED, Backlog, BacklogCaps
+from animfleet.region.admission import BacklogCaps, Outcome
+from animfleet.region.backlog import Backlog
 from animfleet.region.handoff import Handoff
-from animfleet.region.jobstore import ADMITTED, FULL, JobStore
+from animfleet.region.jobstore import JobStore
 from animfleet.region.workers import WorkerRegistry
 from animfleet.topology import Region, Topology
-from dispatcher.admission import AdmissionSettings
-from dispatcher.enqueue import RegionQueue
+from dispatcher.admission import AdmissionSettings, RegionQueue
 from dispatcher.routing import RoutingTable
 from dispatcher.scheduler import RegionScheduler, SchedulerSettings, spill_slot
 from tools.localfleet import LocalFleet
@@ -59,22 +59,24 @@ def test_direct_while_a_gpu_is_free_then_backlog_then_caps(
 ) -> None:
     client = dbs["b1"]
     q = queue(servers, client)
-    assert q.admit(record("b1.x"), b"img").outcome == FULL  # no GPU, no backlog asked: nothing
+    assert (
+        q.admit(record("b1.x"), b"img").outcome == Outcome.FULL
+    )  # no GPU, no backlog asked: nothing
     gpus(client, 1)
-    assert q.admit(record("b1.a"), b"img", backlog=True).outcome == ADMITTED
+    assert q.admit(record("b1.a"), b"img", backlog=True).outcome == Outcome.ADMITTED
     assert client.llen("animate.b1") == 1
-    assert q.admit(record("b1.b"), b"img", backlog=True).outcome == BACKLOGGED
-    assert client.llen("animate.b1") == 1 and q.backlog.depth() == 1
+    assert q.admit(record("b1.b"), b"img", backlog=True).outcome == Outcome.BACKLOGGED
+    assert client.llen("animate.b1") == 1 and q.script.backlog.depth() == 1
     assert client.get("animfleet:job:b1.b") and client.get("animfleet:input:b1.b") == b"img"
     for index in range(2):
-        assert q.admit(record(f"b1.c{index}"), b"i", backlog=True).outcome == BACKLOGGED
+        assert q.admit(record(f"b1.c{index}"), b"i", backlog=True).outcome == Outcome.BACKLOGGED
     tenant_full = q.admit(record("b1.d"), b"img", backlog=True)  # tenant cap 3
-    assert (tenant_full.outcome, tenant_full.cap) == (CAPPED, "tenant")
+    assert (tenant_full.outcome, tenant_full.cap) == (Outcome.CAPPED, "tenant")
     assert not client.exists("animfleet:job:b1.d")
     for index in range(2):
         q.admit(record(f"b1.e{index}", tenant="u"), b"i", backlog=True)
     region_full = q.admit(record("b1.f", tenant="v"), b"img", backlog=True)  # region cap 5
-    assert (region_full.outcome, region_full.cap) == (CAPPED, "region")
+    assert (region_full.outcome, region_full.cap) == (Outcome.CAPPED, "region")
 
 
 def test_moves_home_by_weighted_round_robin_then_priority_then_fifo(
@@ -88,7 +90,7 @@ def test_moves_home_by_weighted_round_robin_then_priority_then_fifo(
     for index in range(3):
         q.admit(record(f"b1.b{index}", "b", created_at=now + index), b"i", backlog=True)
     q.admit(record("b1.urgent", "b", priority=9, created_at=now + 9), b"i", backlog=True)
-    q.backlog.set_weights({"a": 2})
+    q.script.backlog.set_weights({"a": 2})
     handoff = Handoff(client, "b1", "animate.b1", 0.0)
     assert handoff.move_home().jobs == []  # no GPU: nothing moves
     gpus(client, 10)
@@ -98,7 +100,7 @@ def test_moves_home_by_weighted_round_robin_then_priority_then_fifo(
         "b1.b2",
     ]  # fmt: skip
     assert client.llen("animate.b1") == 10 and client.zcard("animfleet:queued:b1") == 10
-    assert taken.remaining == 0 and q.backlog.depth() == 0
+    assert taken.remaining == 0 and q.script.backlog.depth() == 0
 
 
 def test_canceled_and_overdue_jobs_never_reach_the_gpu_queue(
@@ -186,10 +188,10 @@ def test_an_abandoned_spill_is_given_back(servers: LocalFleet, dbs: dict[str, re
     q.admit(record("b1.z"), b"img", backlog=True)
     handoff = Handoff(dbs["b1"], "b1", "animate.b1", 0.0)
     taken = handoff.claim("b2", 5)
-    assert taken.jobs == ["b1.z"] and q.backlog.depth() == 0
+    assert taken.jobs == ["b1.z"] and q.script.backlog.depth() == 0
     assert not handoff.give_back("b1.z", "another claim's token")  # fenced: nothing changes
-    assert q.backlog.depth() == 0
-    assert handoff.give_back("b1.z", taken.token) and q.backlog.depth() == 1
+    assert q.script.backlog.depth() == 0
+    assert handoff.give_back("b1.z", taken.token) and q.script.backlog.depth() == 1
     gpus(dbs["b1"], 1)
     assert handoff.move_home().jobs == ["b1.z"]
 
@@ -266,7 +268,7 @@ def test_a_spill_stalled_after_its_copy_is_finished_once(
         idempotency=[JobStore.idempotency_slot(spill_slot("b1.sc", taken.token))],
         idempotency_entry=JobStore.idempotency_entry("b1.sc", "b2", "spill-copy"),
     )
-    assert answer.outcome == ADMITTED  # the copy is made, then the scheduler stalls
+    assert answer.outcome == Outcome.ADMITTED  # the copy is made, then the scheduler stalls
     time.sleep(0.01)
 
     takeover.recover_claims()  # the copy holds the claim's slot: the move is finished
@@ -317,5 +319,5 @@ def test_a_region_without_workers_spills_into_a_busy_neighbours_backlog(
         assert where(dbs, f"b1.w{index}") == ["b2"]
     # With a (busy) worker back home, a full neighbour takes nothing more: the job waits here.
     WorkerRegistry(dbs["b1"], "b1").beat("gpu0", {}, ttl_s=60, busy=True)
-    assert q.admit(record("b1.w3"), b"img", backlog=True).outcome == BACKLOGGED
+    assert q.admit(record("b1.w3"), b"img", backlog=True).outcome == Outcome.BACKLOGGED
     assert scheduler.pump() == (0, 1) and Backlog(dbs["b2"], "b2").depth() == 3

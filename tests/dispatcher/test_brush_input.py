@@ -16,8 +16,11 @@ from animfleet.job_inputs import JobInputs
 from animfleet.jobs import JobParams
 from dispatcher.brush_input import check_region_masks, take_region_masks
 from dispatcher.inputs import InvalidInput, parse_request
+from dispatcher.prepared import PreparedInputs
 from dispatcher.records import fingerprint, new_record
 from workers.inputs import StoredInputError, StoredInputMissing, stored_inputs
+
+X = PreparedInputs.of(b"x", (1, 1))  # an image's inputs: only its digest matters here
 
 STROKE = [[0.2, 0.5], [0.8, 0.5]]
 
@@ -90,7 +93,7 @@ def test_regions_are_hashed_on_the_record_and_packed_with_the_image() -> None:
     )
     request = parse_request(prompt="still", regions=regions, loop=True, width=128, height=128)
     check_region_masks(masks, (64, 64), 128, 128)
-    record = new_record("east.x", "east", "east", request)
+    record = new_record("east.x", "east", "east", request, PreparedInputs.of(b"image", (64, 64)))
     assert record.params.loop is True
     assert [r.mask_sha256 for r in record.params.regions] == [
         hashlib.sha256(water).hexdigest(),
@@ -113,10 +116,10 @@ def test_regions_are_hashed_on_the_record_and_packed_with_the_image() -> None:
 def test_fingerprints_without_regions_are_unchanged_and_regions_change_them() -> None:
     plain = parse_request(prompt="still")
     assert '"regions"' not in plain.model_dump_json(exclude={"addons", "regions", "loop"})
-    before = fingerprint(b"x", plain, "east")
+    before = fingerprint(X, plain, "east")
     regions, _ = take_region_masks([{"mask": _mask(), "stroke": STROKE}])
     brushed = parse_request(prompt="still", regions=regions)
     looped = parse_request(prompt="still", regions=regions, loop=True)
-    prints = {before, fingerprint(b"x", brushed, "east"), fingerprint(b"x", looped, "east")}
+    prints = {before, fingerprint(X, brushed, "east"), fingerprint(X, looped, "east")}
     assert len(prints) == 3
     assert RegionUse(kind="pulse") in parse_request(prompt="s", regions=[{"kind": "pulse"}]).regions

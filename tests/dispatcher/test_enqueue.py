@@ -7,10 +7,11 @@ import json
 import redis
 
 from animfleet.jobs import JobParams, JobRecord
-from animfleet.region.jobstore import ADMITTED, FULL, REPEAT, JobStore
+from animfleet.region.admission import Outcome
+from animfleet.region.jobstore import JobStore
 from animfleet.region.workers import WorkerRegistry
 from animfleet.topology import Region
-from dispatcher.enqueue import RegionQueue
+from dispatcher.admission import RegionQueue
 from tools.localfleet import LocalFleet
 
 PARAMS = JobParams(prompt="sway", frames=4, fps=8, width=32, height=32, seed=1)
@@ -42,11 +43,13 @@ def test_admits_up_to_one_job_per_live_gpu_then_refuses_without_writing(
     servers: LocalFleet, redis_client: redis.Redis
 ) -> None:
     queue = queue_for(servers, redis_client)
-    assert queue.admit(record("q1.a"), b"img").outcome == FULL  # no live worker: no capacity
+    assert (
+        queue.admit(record("q1.a"), b"img").outcome == Outcome.FULL
+    )  # no live worker: no capacity
     WorkerRegistry(redis_client, "q1").beat("gpu0", {}, ttl_s=30, busy=False)
     first = queue.admit(record("q1.b"), b"img")
-    assert (first.outcome, first.live_workers, first.held) == (ADMITTED, 1, 1)
-    assert queue.admit(record("q1.c"), b"img").outcome == FULL
+    assert (first.outcome, first.live_workers, first.held) == (Outcome.ADMITTED, 1, 1)
+    assert queue.admit(record("q1.c"), b"img").outcome == Outcome.FULL
     assert redis_client.llen("animate.q1") == 1
     assert redis_client.exists("animfleet:job:q1.b") and not redis_client.exists(
         "animfleet:job:q1.c"
@@ -60,8 +63,10 @@ def test_a_bound_idempotency_key_returns_the_earlier_job(
     for index in range(3):
         WorkerRegistry(redis_client, "q1").beat(f"gpu{index}", {}, ttl_s=30, busy=False)
     slot = [("animfleet:idem:key:k1", 60)]
-    assert queue.admit(record("q1.d"), b"img", slot, '{"job_id": "q1.d"}').outcome == ADMITTED
+    assert (
+        queue.admit(record("q1.d"), b"img", slot, '{"job_id": "q1.d"}').outcome == Outcome.ADMITTED
+    )
     again = queue.admit(record("q1.e"), b"img", slot, '{"job_id": "q1.e"}')
-    assert again.outcome == REPEAT and again.matched == 1
+    assert again.outcome == Outcome.REPEAT and again.matched == 1
     assert json.loads(again.earlier or b"{}")["job_id"] == "q1.d"
     assert redis_client.llen("animate.q1") == 1

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from animfleet.jobs import JobParams, JobRecord, JobState, new_job_id
+from animfleet.region.admission import seed
 from animfleet.region.jobstore import JobStore
 from animfleet.topology import Region
 from storage.local import LocalStore
@@ -65,7 +66,7 @@ def test_any_stored_input_ends_the_job_and_never_crashes_the_worker(
     runner: JobRunner, image: bytes
 ) -> None:
     record = JobRecord(id=new_job_id("fz"), region="fz", home_region="fz", params=PARAMS)
-    runner.store.create(record, image)
+    seed(runner.store.redis, record, image)
     runner.run(record.id)  # must not raise: a raise here would be a crashed task
     done = runner.store.get(record.id)
     assert done.status in (JobState.SUCCEEDED, JobState.FAILED)

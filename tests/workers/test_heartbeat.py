@@ -8,13 +8,14 @@ import pytest
 import redis
 
 from animfleet.jobs import JobParams, JobRecord, JobState
+from animfleet.region.admission import Outcome, seed
 from animfleet.region.affinity import DirectQueues, Holdings
-from animfleet.region.jobstore import ADMITTED, FULL, JobStore
+from animfleet.region.jobstore import JobStore
 from animfleet.region.sweeper import Sweeper, SweepSettings
 from animfleet.region.workers import WorkerRegistry
 from animfleet.settings import load
 from animfleet.topology import Region
-from dispatcher.enqueue import RegionQueue
+from dispatcher.admission import RegionQueue
 from tools.localfleet import LocalFleet
 from workers.heartbeat import Heartbeat
 
@@ -54,7 +55,7 @@ def test_admission_counts_a_batch_worker_as_one_slot_per_job_it_can_batch(
         queue.admit(JobRecord(id=f"hb.{n}", region="hb", home_region="hb", params=PARAMS), b"i")
         for n in range(5)
     ]
-    assert [o.outcome for o in outcomes] == [ADMITTED] * 4 + [FULL]
+    assert [o.outcome for o in outcomes] == [Outcome.ADMITTED] * 4 + [Outcome.FULL]
     assert outcomes[3].live_workers == 4
 
 
@@ -78,7 +79,7 @@ def test_the_sweeper_requeues_a_slots_job_only_once_the_worker_is_gone(
     redis_client: redis.Redis, region: Region, batch_beat: Heartbeat
 ) -> None:
     store = JobStore(redis_client)
-    store.create(JobRecord(id="hb.run", region="hb", home_region="hb", params=PARAMS), b"i")
+    seed(store.redis, JobRecord(id="hb.run", region="hb", home_region="hb", params=PARAMS), b"i")
 
     def start(record: JobRecord) -> None:
         record.transition(JobState.RUNNING)

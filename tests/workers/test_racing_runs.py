@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from animfleet.jobs import JobOutput, JobParams, JobRecord, JobState, new_job_id
+from animfleet.region.admission import seed
 from animfleet.region.jobstore import JobStore
 from animfleet.region.runs import LeaseHeld, Run, RunFenced, RunLeases
 from animfleet.topology import Region
@@ -103,7 +104,7 @@ def race(redis_client: redis.Redis, tmp_path: Path) -> Iterator[object]:
 
     def play(order: Sequence[str]) -> None:
         job_id = new_job_id("r1")
-        store.create(JobRecord(id=job_id, region="r1", home_region="r1", params=PARAMS), b"i")
+        seed(store.redis, JobRecord(id=job_id, region="r1", home_region="r1", params=PARAMS), b"i")
         runs = {"a": RacingRun(first, job_id), "b": RacingRun(second, job_id)}
         taken = {"a": 0, "b": 0}
         for who in order:

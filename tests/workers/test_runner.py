@@ -14,6 +14,7 @@ import redis
 from PIL import Image
 
 from animfleet.jobs import JobParams, JobRecord, JobState, new_job_id
+from animfleet.region.admission import seed
 from animfleet.region.jobstore import JobStore
 from animfleet.topology import Region
 from storage.local import LocalStore
@@ -69,7 +70,7 @@ def run_job(
         store, objects = JobStore(redis_client), LocalStore(tmp_path / "objects")
         record = JobRecord(id=new_job_id("r1"), region="r1", home_region="r1", params=PARAMS)
         record.attempts = attempts
-        store.create(record, IMAGE)
+        seed(store.redis, record, IMAGE)
         runner = JobRunner(
             region=Region(name="r1", broker_url="redis://unused"),
             settings=WorkerSettings(max_deliveries=3),
@@ -136,7 +137,7 @@ def run_stepping(
     redis_client: redis.Redis, tmp_path: Path, record: JobRecord, after_first: Callable[..., None]
 ) -> tuple[JobRecord, SteppingModel]:
     store = JobStore(redis_client)
-    store.create(record, IMAGE)
+    seed(store.redis, record, IMAGE)
     model = SteppingModel(10, lambda: after_first(store, record.id))
     runner = JobRunner(
         region=Region(name="r1", broker_url="redis://unused"),
@@ -200,7 +201,7 @@ def test_a_job_canceled_between_its_read_and_its_start_is_not_started(
 
     store = CancelAfterRead(redis_client)
     record = JobRecord(id=new_job_id("r1"), region="r1", home_region="r1", params=PARAMS)
-    store.create(record, IMAGE)
+    seed(store.redis, record, IMAGE)
     model = SteppingModel(2, lambda: None)
     runner = JobRunner(
         region=Region(name="r1", broker_url="redis://unused"),

@@ -18,6 +18,7 @@ from PIL import Image
 
 from animfleet.job_inputs import MASK, JobInputs
 from animfleet.jobs import JobParams, JobRecord, JobState, new_job_id
+from animfleet.region.admission import seed
 from animfleet.region.jobstore import JobStore
 from animfleet.topology import Region
 from storage.local import LocalStore
@@ -65,7 +66,7 @@ def run_job(
             mask=hashlib.sha256(mask).hexdigest() if mask else None,
         )
         record = JobRecord(id=new_job_id("r1"), region="r1", home_region="r1", params=params)
-        store.create(record, JobInputs(image, {MASK: mask} if mask else {}).pack())
+        seed(store.redis, record, JobInputs(image, {MASK: mask} if mask else {}).pack())
         JobRunner(
             region=Region(name="r1", broker_url="redis://unused"),
             settings=WorkerSettings(max_deliveries=3),

@@ -18,6 +18,7 @@ from PIL import Image
 from animfleet.job_inputs import MASK as MASK_PART
 from animfleet.job_inputs import JobInputs
 from animfleet.jobs import JobParams, JobRecord, JobState, new_job_id
+from animfleet.region.admission import seed
 from animfleet.region.jobstore import JobStore
 from animfleet.topology import Region
 from storage.local import LocalStore
@@ -78,7 +79,7 @@ def run_job(
     def run(stored: bytes, params: JobParams = PARAMS) -> tuple[JobRecord, Recording]:
         store = JobStore(redis_client)
         record = JobRecord(id=new_job_id("r1"), region="r1", home_region="r1", params=params)
-        store.create(record, stored)
+        seed(store.redis, record, stored)
         model = Recording(animator)
         JobRunner(
             region=Region(name="r1", broker_url="redis://unused"),

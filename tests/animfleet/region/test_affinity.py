@@ -23,10 +23,11 @@ from animfleet.topology import Region
 REGION = Region(name="east", broker_url="redis://127.0.0.1:6379/0")
 
 
-def test_things_name_the_template_by_the_image_bytes_and_each_addon() -> None:
-    things = things_of(b"png bytes", (AddonUse(name="shake", scale=1.0),))
+def test_things_name_the_template_by_the_image_digest_and_each_addon() -> None:
+    things = things_of(image_digest(b"png bytes"), (AddonUse(name="shake", scale=1.0),))
     assert things == [template_thing(image_digest(b"png bytes")), addon_thing("shake")]
-    assert things[0] != things_of(b"other bytes")[0]
+    assert things[0] != things_of(image_digest(b"other bytes"))[0]
+    assert things_of(None) == []  # a record from before digests were kept: no template
     assert direct_queue(REGION, "gpu-1@host") == "animate.east.w.gpu-1@host"
 
 

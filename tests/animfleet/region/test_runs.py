@@ -8,6 +8,7 @@ import pytest
 import redis
 
 from animfleet.jobs import JobParams, JobRecord, JobState
+from animfleet.region.admission import seed
 from animfleet.region.jobstore import JobStore
 from animfleet.region.runs import LeaseHeld, RunFenced, RunLeases
 from animfleet.region.sweeper import Sweeper, SweepSettings
@@ -30,7 +31,7 @@ def region(servers: LocalFleet) -> Region:
 
 
 def queued(runs: RunLeases, job_id: str) -> None:
-    runs.store.create(JobRecord(id=job_id, region="rl", home_region="rl", params=PARAMS), b"x")
+    seed(runs.store.redis, JobRecord(id=job_id, region="rl", home_region="rl", params=PARAMS), b"x")
 
 
 def lapse(client: redis.Redis, job_id: str) -> None:

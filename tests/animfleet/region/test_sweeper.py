@@ -11,9 +11,10 @@ import pytest
 import redis
 
 from animfleet.jobs import JobOutput, JobParams, JobRecord, JobState
+from animfleet.region.admission import AdmissionScript, Outcome, seed
 from animfleet.region.affinity import DirectQueues
 from animfleet.region.archive import RecordArchive
-from animfleet.region.backlog import BACKLOGGED, Backlog
+from animfleet.region.backlog import Backlog
 from animfleet.region.jobstore import JobNotFound, JobStore
 from animfleet.region.keys import JOB_KEY, WEBHOOK_JOB_KEY
 from animfleet.region.outbox import load_delivery
@@ -49,7 +50,11 @@ def objects(tmp_path: Path) -> LocalStore:
 
 
 def running_job(store: JobStore, job_id: str, worker: str, **fields: Any) -> JobRecord:
-    store.create(JobRecord(id=job_id, region="sw", home_region="sw", params=PARAMS, **fields), b"x")
+    seed(
+        store.redis,
+        JobRecord(id=job_id, region="sw", home_region="sw", params=PARAMS, **fields),
+        b"x",
+    )
 
     def start(record: JobRecord) -> None:
         record.transition(JobState.RUNNING)
@@ -121,8 +126,8 @@ def test_queued_jobs_wait_neither_forever_nor_in_a_region_without_workers(
 ) -> None:
     old = JobRecord(id="sw.old", region="sw", home_region="sw", params=PARAMS)
     old.created_at = time.time() - 7200
-    store.create(old, b"x")
-    store.create(JobRecord(id="sw.new", region="sw", home_region="sw", params=PARAMS), b"x")
+    seed(store.redis, old, b"x")
+    seed(store.redis, JobRecord(id="sw.new", region="sw", home_region="sw", params=PARAMS), b"x")
     sweeper = Sweeper(region, store, settings(max_queued_s=3600, orphan_after_s=1))
     now = time.time()
     assert sweeper.sweep(now).ended == {"sw.old": "expired"}  # older than an hour
@@ -135,15 +140,16 @@ def test_backlog_jobs_of_a_region_without_workers_end_no_capacity_too(
     store: JobStore, redis_client: redis.Redis, region: Region
 ) -> None:
     backlog = Backlog(redis_client, "sw")
+    admission = AdmissionScript(redis_client, "sw")
     for job_id in ("sw.b1", "sw.b2"):
         job = JobRecord(
             id=job_id, region="sw", home_region="sw", params=PARAMS, tenant="t",
             webhook_url="https://hooks.example.com/animfleet",
         )  # fmt: skip
-        answer = backlog.admit(
-            job, b"x", message="m", queue=region.queue, allowance=0.0, backlog=True
+        answer = admission.admit(
+            job, b"x", mode="backlog", message="m", queue=region.queue, allowance=0.0
         )
-        assert answer.outcome == BACKLOGGED  # no live worker: it waits in the backlog
+        assert answer.outcome == Outcome.BACKLOGGED  # no live worker: it waits in the backlog
     sweeper = Sweeper(region, store, settings(orphan_after_s=1))
     now = time.time()
     assert sweeper.sweep(now).ended == {}  # the region has had no worker for under a second

@@ -26,8 +26,8 @@ from PIL import Image
 
 from animfleet.jobs import JobParams, JobRecord, new_job_id, public_job_id, scoped_job_id
 from animfleet.jobview import job_view
+from animfleet.region.admission import seed
 from animfleet.region.jobstore import JobNotFound, JobStore
-from animfleet.region.listing import Listing
 from animfleet.region.tenants import Tenants
 from animfleet.topology import Topology
 from dispatcher import Client
@@ -96,8 +96,7 @@ def _job(db: redis.Redis, tenant: str) -> JobRecord:
     record = JobRecord(
         id=new_job_id(REGION), region=REGION, home_region=REGION, params=PARAMS, tenant=tenant
     )
-    JobStore(db).create(record, b"image")
-    Listing(db).add(tenant, record.id, record.created_at)
+    seed(db, record, b"image", index=True)
     return record
 
 

@@ -24,10 +24,10 @@ from PIL import Image
 from pydantic import BaseModel
 
 from animfleet.jobs import JobOutput, JobParams, JobProgress, JobRecord, JobState, new_job_id
+from animfleet.region.admission import seed
 from animfleet.region.catalog import CatalogEntry, ModelCatalog
 from animfleet.region.deployments import Deployment, Deployments
 from animfleet.region.jobstore import JobStore
-from animfleet.region.listing import Listing
 from animfleet.region.tenants import Limits, Tenants
 from animfleet.topology import Topology
 from dispatcher import Client
@@ -81,8 +81,7 @@ def _job(db: redis.Redis, tenant: str, created_at: float | None = None) -> JobRe
     )
     if created_at is not None:
         record.created_at = created_at
-    JobStore(db).create(record, b"image")
-    Listing(db).add(tenant, record.id, record.created_at)
+    seed(db, record, b"image", index=True)
     return record
 
 

@@ -14,6 +14,7 @@ import redis
 
 from animfleet.jobs import JobParams, JobRecord, JobState, new_job_id
 from animfleet.models import SHIPPED_STUDENT_DIR
+from animfleet.region.admission import seed
 from animfleet.region.jobstore import JobStore
 from animfleet.topology import Region
 from storage import ObjectInfo, StorageError
@@ -62,7 +63,7 @@ def test_three_jobs_in_three_slots_and_a_failed_upload_fails_only_its_job(
     for index, job_id in enumerate(ids):
         params = JobParams(prompt="zoom in", frames=4, fps=8, width=16, height=16, seed=index)
         record = JobRecord(id=job_id, region="r1", home_region="r1", params=params)
-        store.create(record, make_image(16, 16, seed=index))
+        seed(store.redis, record, make_image(16, 16, seed=index))
 
     def run(job_id: str) -> None:
         with pool.take() as runner:

@@ -15,6 +15,7 @@ import redis
 from animfleet.jobs import JobParams, JobRecord, JobState
 from animfleet.netguard import NetGuard
 from animfleet.region import outbox
+from animfleet.region.admission import seed
 from animfleet.region.jobstore import JobStore
 from animfleet.region.outbox import DueSet
 from workers.webhooks.sender import Sender
@@ -69,7 +70,7 @@ def finished_job(store: JobStore, url: str) -> str:
         webhook_url=url,
         webhook_events=["completed"],
     )
-    store.create(record, b"image")
+    seed(store.redis, record, b"image")
     store.update(record.id, lambda r: r.end(JobState.CANCELED, "canceled", "by test"))
     return record.id
 

@@ -1,4 +1,4 @@
-"""Admission: which region takes a new job now, and what to do when none can.
+"""Region choice: which region takes a new job now, and what to do when none can.
 
 A region admits a job while the jobs it holds (queued + running) stay below one per live GPU
 plus a small ``allowance``. :func:`choose_region` draws the region from the routing table among
@@ -20,7 +20,6 @@ import math
 import random
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 from tenacity import RetryCallState, Retrying, retry_if_exception_type
 from tenacity.before import before_nothing
@@ -28,69 +27,10 @@ from tenacity.stop import stop_after_attempt, stop_base, stop_before_delay
 from tenacity.wait import wait_base, wait_fixed, wait_random_exponential
 
 from animfleet.errors import TransientError
+from animfleet.region.admission import admission_limit
+from dispatcher.admission.settings import AdmissionSettings
 from dispatcher.errors import DispatcherError
 from dispatcher.routing.table import RoutingTable
-
-
-@dataclass(frozen=True)
-class AdmissionSettings:
-    """How the dispatcher admits, retries and spreads jobs.
-
-    Args:
-        allowance: jobs a region may hold beyond one per live GPU, as a fraction of its live
-            GPUs (rounded down), so 0.05 lets a 100-GPU region queue 5 extra jobs. It covers
-            the completions the in-flight view has not seen yet (heartbeat lag), which would
-            otherwise idle GPUs and push jobs abroad; 0 enforces the strict one-per-GPU rule.
-        retry_budget_s: no retry starts later than this after the first attempt
-            (tenacity ``stop_before_delay``); then the job fails with :class:`AtCapacity`.
-        max_attempts: attempts per job at most, first included.
-        backoff_initial_s: the jitter window of the first retry; it doubles per retry
-            (tenacity ``wait_random_exponential``: sleep = U(0, min(max, initial * 2**n))).
-        backoff_max_s: the widest jitter window.
-        hot_utilization: a source's targets are hot when their share-weighted utilization
-            (in-flight / live GPUs) reaches this.
-        execution_delay_share: the share of new jobs delayed while their targets are hot.
-        execution_delay_max_s: the delay is drawn uniformly from [0, this].
-        backlog: a job no region can take now waits in its home region's backlog; off, the
-            dispatcher retries and finally raises :class:`AtCapacity` (the earlier policy).
-        backlog_tenant_cap: jobs one tenant may have waiting in a region's backlog (``None``:
-            no cap); past it a submit raises :class:`BacklogFull`.
-        backlog_region_cap: jobs a region's backlog may hold in all (``None``: no cap).
-        affinity: a job that can start now goes to an idle worker already holding its image's
-            template or its add-ons, when there is one (:mod:`animfleet.region.affinity`).
-    """
-
-    allowance: float = 0.05
-    retry_budget_s: float = 10.0
-    max_attempts: int = 12
-    backoff_initial_s: float = 0.25
-    backoff_max_s: float = 4.0
-    hot_utilization: float = 0.9
-    execution_delay_share: float = 0.25
-    execution_delay_max_s: float = 1.0
-    backlog: bool = True
-    backlog_tenant_cap: int | None = None
-    backlog_region_cap: int | None = 100_000
-    # A job submitted without a start deadline gets this one: no job waits forever.
-    default_start_deadline_s: float = 3600.0
-    affinity: bool = True
-
-    def __post_init__(self) -> None:
-        checks = {
-            "allowance": 0 <= self.allowance <= 1,
-            "retry_budget_s": self.retry_budget_s >= 0,
-            "max_attempts": self.max_attempts >= 1,
-            "backoff_initial_s": self.backoff_initial_s > 0,
-            "backoff_max_s": self.backoff_max_s >= self.backoff_initial_s,
-            "hot_utilization": self.hot_utilization > 0,
-            "execution_delay_share": 0 <= self.execution_delay_share <= 1,
-            "execution_delay_max_s": self.execution_delay_max_s >= 0,
-            "backlog_tenant_cap": self.backlog_tenant_cap is None or self.backlog_tenant_cap >= 0,
-            "backlog_region_cap": self.backlog_region_cap is None or self.backlog_region_cap >= 0,
-        }
-        for name, ok in checks.items():
-            if not ok:
-                raise ValueError(f"`{name}` is out of range: {getattr(self, name)}")
 
 
 class RegionsFull(DispatcherError, TransientError):
@@ -130,11 +70,6 @@ class BacklogFull(DispatcherError, TransientError):
         self.retry_after_s = retry_after_s
 
 
-def admission_limit(live_workers: int, settings: AdmissionSettings) -> int:
-    """The most jobs (queued + running) a region with ``live_workers`` GPUs may hold."""
-    return math.floor(live_workers * (1.0 + settings.allowance) + 1e-9)
-
-
 def choose_region(
     table: RoutingTable,
     source: str,
@@ -155,7 +90,8 @@ def choose_region(
     """
 
     def admissible(region: str) -> bool:
-        return in_flight.get(region, 0) < admission_limit(live_workers.get(region, 0), settings)
+        limit = admission_limit(live_workers.get(region, 0), settings.allowance)
+        return in_flight.get(region, 0) < limit
 
     return table.choose(source, rng, admissible)
 

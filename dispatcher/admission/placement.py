@@ -4,8 +4,8 @@ The router writes the table (and the loads behind it) to every region's Redis; a
 keeps a copy refreshed by a background thread, so a submit costs no extra round trip. The copy
 is only a guide: the atomic admission script in the chosen region has the last word, and a
 region that refuses is treated as full for the rest of that attempt. When every region the
-table allows is full, :func:`dispatcher.admission.admit` retries with jittered exponential
-backoff and finally raises :class:`dispatcher.admission.AtCapacity`.
+table allows is full, :func:`dispatcher.admission.regions.admit` retries with jittered exponential
+backoff and finally raises :class:`dispatcher.admission.regions.AtCapacity`.
 """
 
 from __future__ import annotations
@@ -14,71 +14,27 @@ import json
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import redis
 import structlog
-from pydantic import Field, model_validator
-from pydantic_settings import SettingsConfigDict
 
+from animfleet.region.admission import admission_limit
 from animfleet.region.keys import ROUTING_KEY
-from animfleet.settings import EnvSettings, load
-from dispatcher.admission import (
-    AdmissionSettings,
+from dispatcher.admission.regions import (
     RetrySchedule,
-    admission_limit,
     admit,
     choose_region,
     execution_delay_s,
     source_utilization,
 )
+from dispatcher.admission.settings import AdmissionSettings
 from dispatcher.routing import RoutingTable
 
 log = structlog.stdlib.get_logger("animfleet.dispatcher")
 
 UNKNOWN_CAPACITY = 1 << 30  # a region the router has not reported: let its own script decide
-
-
-class AdmissionEnv(EnvSettings):
-    """``ANIMFLEET_ADMISSION_<FIELD>`` for each :class:`AdmissionSettings` field (documented
-    there), checked here so that a bad value names its variable."""
-
-    model_config = SettingsConfigDict(env_prefix="ANIMFLEET_ADMISSION_")
-
-    allowance: float = Field(default=AdmissionSettings.allowance, ge=0, le=1)
-    retry_budget_s: float = Field(default=AdmissionSettings.retry_budget_s, ge=0)
-    max_attempts: int = Field(default=AdmissionSettings.max_attempts, ge=1)
-    backoff_initial_s: float = Field(default=AdmissionSettings.backoff_initial_s, gt=0)
-    backoff_max_s: float = Field(default=AdmissionSettings.backoff_max_s, gt=0)
-    hot_utilization: float = Field(default=AdmissionSettings.hot_utilization, gt=0)
-    execution_delay_share: float = Field(
-        default=AdmissionSettings.execution_delay_share, ge=0, le=1
-    )
-    execution_delay_max_s: float = Field(default=AdmissionSettings.execution_delay_max_s, ge=0)
-    backlog: bool = AdmissionSettings.backlog
-    backlog_tenant_cap: int | None = Field(default=AdmissionSettings.backlog_tenant_cap, ge=0)
-    backlog_region_cap: int | None = Field(default=AdmissionSettings.backlog_region_cap, ge=0)
-    default_start_deadline_s: float = Field(
-        default=AdmissionSettings.default_start_deadline_s, gt=0
-    )
-    affinity: bool = AdmissionSettings.affinity
-
-    @model_validator(mode="after")
-    def _window_grows(self) -> AdmissionEnv:
-        if self.backoff_max_s < self.backoff_initial_s:
-            raise ValueError(
-                f"{self.env_name('backoff_max_s')}={self.backoff_max_s:g} must be at least "
-                f"{self.env_name('backoff_initial_s')}={self.backoff_initial_s:g}"
-            )
-        return self
-
-
-def admission_settings_from_env(env: Mapping[str, str] | None = None) -> AdmissionSettings:
-    """``ANIMFLEET_ADMISSION_<FIELD>`` overrides, e.g. ``ANIMFLEET_ADMISSION_RETRY_BUDGET_S``.
-
-    Raises :class:`animfleet.settings.SettingsError`."""
-    return AdmissionSettings(**load(AdmissionEnv, env).model_dump())
 
 
 @dataclass(frozen=True)
@@ -206,7 +162,8 @@ class Placement:
                     return None
                 if try_admit(region):
                     return region
-                held[region] = admission_limit(live[region], self.settings)  # full after all
+                # full after all
+                held[region] = admission_limit(live[region], self.settings.allowance)
 
         if self.settings.backlog:
             return choose()

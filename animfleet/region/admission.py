@@ -1,0 +1,276 @@
+"""The one script that creates job records: admission into a region, atomically.
+
+A job that can start now (a GPU free under the admission limit and no backlog ahead of it) goes
+onto the region's GPU queue; otherwise, when the caller asks for it, the record, its input and
+its Celery message are stored and the job joins its tenant's queue in the backlog
+(:mod:`animfleet.region.backlog`), all in the same call, so two dispatchers can never overfill a
+region between them and a record never exists without its message (or the reverse). The same
+call binds the job's idempotency keys, lists the job under its tenant (at home) and picks the
+idle worker already holding the job's image template or add-ons (:mod:`.affinity`). Tests and
+tools seed records through it too (:meth:`AdmissionScript.seed`: no capacity check, no message).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any, Literal
+
+import redis
+
+from animfleet.jobs import JobRecord
+from animfleet.region.affinity import MAX_CANDIDATES
+from animfleet.region.backlog import Backlog, order_score
+from animfleet.region.keys import (
+    BUSY_SET,
+    HOLDING_SET,
+    INPUT_KEY,
+    INPUT_TTL_S,
+    JOB_KEY,
+    QUEUED_SET,
+    RECORD_TTL_S,
+    START_BY_SET,
+    TENANT_IN_FLIGHT,
+    TENANT_JOBS,
+    WORKER_SET,
+)
+
+
+class Outcome(IntEnum):
+    """What an admission answered."""
+
+    EXISTS = -1  # a record of that id exists already: nothing written
+    FULL = 0  # no room now and no backlog asked for: nothing written
+    ADMITTED = 1  # on the GPU queue (or, seeded, stored without a message)
+    REPEAT = 2  # an idempotency key was bound before: nothing written
+    BACKLOGGED = 3  # stored, waiting in the region's backlog
+    CAPPED = 4  # a backlog cap is reached: nothing written
+
+
+def admission_limit(live_workers: int, allowance: float) -> int:
+    """The most jobs (queued + running) a region with ``live_workers`` GPUs may hold: one per
+    GPU plus ``allowance`` of them, rounded down (:data:`LUA_ADMISSION_LIMIT` is the same)."""
+    return math.floor(live_workers * (1.0 + allowance) + 1e-9)
+
+
+# admission_limit for the region's scripts (this one and the backlog's hand-off).
+LUA_ADMISSION_LIMIT = """
+local function admission_limit(live, allowance)
+  return math.floor(live * (1 + allowance) + 1e-9)
+end
+"""
+
+Mode = Literal["direct", "backlog", "seed"]
+
+# KEYS: workers, busy, queued, start-by, record, input, GPU queue, holding set of the home
+#       region, backlog-all, the tenant's backlog, messages, ring, active, the tenant's
+#       listing, the tenant's in-flight set, then n held-by sets (one per thing the job would
+#       find warm), then the idempotency keys
+# ARGV: now, allowance ('' = none), record json, inputs, record ttl, input ttl, job id,
+#       created at, start-by (or ''), message, idempotency entry, mode, tenant, order score,
+#       tenant cap (''), region cap (''), n, direct queue prefix, index ('1': list the job
+#       under its tenant), listing horizon, then one ttl per idempotency key
+# A direct admission goes to the worker holding most of the job's things (ties by name) that
+# is live, idle and has nothing in its direct queue (the 4th answer names it, '' for the shared
+# queue KEYS[7]). The direct queues' names are built here (``<prefix><worker>``): which worker
+# is chosen is only known inside the script, and a region's keys all live in one Redis.
+_ADMIT = (
+    LUA_ADMISSION_LIMIT
+    + """
+local n = tonumber(ARGV[17])
+local idem = 16 + n
+for i = idem, #KEYS do
+  local earlier = redis.call('GET', KEYS[i])
+  if earlier then return {2, 0, 0, earlier, i - idem + 1} end
+end
+local now, mode = tonumber(ARGV[1]), ARGV[12]
+local live, held, direct = 0, 0, false
+if mode ~= 'seed' then
+  live = redis.call('ZCOUNT', KEYS[1], now, '+inf')
+  held = redis.call('ZCOUNT', KEYS[2], now, '+inf') + redis.call('ZCARD', KEYS[3])
+  local waiting = redis.call('ZCARD', KEYS[9])
+  local room = ARGV[2] == '' or held < admission_limit(live, tonumber(ARGV[2]))
+  direct = room and waiting == 0
+  if not direct and mode ~= 'backlog' then return {0, live, held} end
+  if not direct then
+    if ARGV[16] ~= '' and waiting >= tonumber(ARGV[16]) then return {4, live, held, 'region'} end
+    local mine = redis.call('ZCARD', KEYS[10])
+    if ARGV[15] ~= '' and mine >= tonumber(ARGV[15]) then return {4, live, held, 'tenant'} end
+  end
+end
+if not redis.call('SET', KEYS[5], ARGV[3], 'EX', ARGV[5], 'NX') then return {-1, live, held} end
+redis.call('SET', KEYS[6], ARGV[4], 'EX', ARGV[6])
+if ARGV[9] ~= '' then redis.call('ZADD', KEYS[4], ARGV[9], ARGV[7]) end
+redis.call('ZADD', KEYS[8], ARGV[8], ARGV[7])
+for i = idem, #KEYS do redis.call('SET', KEYS[i], ARGV[11], 'EX', ARGV[21 + i - idem]) end
+if ARGV[19] == '1' then
+  redis.call('ZADD', KEYS[14], 'NX', ARGV[8], ARGV[7])
+  redis.call('ZREMRANGEBYSCORE', KEYS[14], '-inf', '(' .. ARGV[20])
+  redis.call('ZADD', KEYS[15], ARGV[8], ARGV[7])
+end
+if mode == 'seed' then
+  redis.call('ZADD', KEYS[3], ARGV[8], ARGV[7])
+  return {1, 0, 0, ''}
+end
+if direct then
+  redis.call('ZADD', KEYS[3], ARGV[8], ARGV[7])
+  local counts, holders = {}, {}
+  for k = 16, 15 + n do
+    for _, worker in ipairs(redis.call('ZRANGEBYSCORE', KEYS[k], now, '+inf')) do
+      if not counts[worker] then
+        counts[worker] = 0
+        holders[#holders + 1] = worker
+      end
+      counts[worker] = counts[worker] + 1
+    end
+  end
+  table.sort(holders, function(a, b)
+    if counts[a] ~= counts[b] then return counts[a] > counts[b] end
+    return a < b
+  end)
+  local chosen = ''
+  for c = 1, math.min(#holders, MAX_CANDIDATES) do
+    local worker = holders[c]
+    local lapse = redis.call('ZSCORE', KEYS[1], worker)
+    local busy = redis.call('ZSCORE', KEYS[2], worker)
+    if lapse and tonumber(lapse) > now and not (busy and tonumber(busy) > now)
+        and redis.call('LLEN', ARGV[18] .. worker) == 0 then
+      chosen = worker
+      break
+    end
+  end
+  redis.call('LPUSH', chosen ~= '' and ARGV[18] .. chosen or KEYS[7], ARGV[10])
+  return {1, live, held + 1, chosen}
+end
+redis.call('ZADD', KEYS[9], ARGV[8], ARGV[7])
+redis.call('ZADD', KEYS[10], ARGV[14], ARGV[7])
+redis.call('HSET', KEYS[11], ARGV[7], ARGV[10])
+if redis.call('SADD', KEYS[13], ARGV[13]) == 1 then redis.call('RPUSH', KEYS[12], ARGV[13]) end
+return {3, live, held}
+""".replace("MAX_CANDIDATES", str(MAX_CANDIDATES))
+)
+
+
+@dataclass(frozen=True)
+class BacklogCaps:
+    """Most jobs one tenant, and the whole region, may have waiting (``None``: no cap)."""
+
+    tenant: int | None = None
+    region: int | None = None
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What :meth:`AdmissionScript.admit` answered; with ``REPEAT``, ``earlier`` holds the
+    idempotency entry bound before and ``matched`` its 1-based key; with ``CAPPED``, ``cap``
+    says which (``tenant`` or ``region``)."""
+
+    outcome: Outcome
+    live_workers: int
+    held: int
+    earlier: bytes | None = None
+    matched: int = 0
+    cap: str = ""
+    worker: str | None = None  # the holder whose direct queue took the job
+
+
+class AdmissionScript:
+    """One region's admission script, in that region's Redis."""
+
+    def __init__(self, client: redis.Redis, region: str) -> None:
+        self.redis, self.region = client, region
+        self.backlog = Backlog(client, region)
+        self._script = client.register_script(_ADMIT)
+
+    def admit(
+        self,
+        record: JobRecord,
+        inputs: bytes,
+        *,
+        mode: Mode,
+        message: str = "",
+        queue: str = "",
+        allowance: float | None = None,
+        caps: BacklogCaps = BacklogCaps(),
+        idempotency: Sequence[tuple[str, int]] = (),
+        idempotency_entry: str = "",
+        held_by: Sequence[str] = (),
+        direct_prefix: str = "",
+        index: bool = False,
+    ) -> Admission:
+        """Take ``record`` (of this region) and its stored ``inputs`` in, as ``mode`` says:
+        ``direct`` onto ``queue`` (or a holder's direct queue) if it can start now, else FULL;
+        ``backlog`` the same, else into the backlog; ``seed`` stored as queued with no message
+        and no capacity check.
+
+        ``idempotency`` lists (Redis key, ttl) pairs to bind to ``idempotency_entry``.
+        ``held_by``: the held-by sets of the things the job would find warm
+        (:class:`animfleet.region.affinity.Holdings`); a holder's direct queue is
+        ``direct_prefix`` + its name. ``index``: list the job under its tenant (its home).
+        """
+        limits = [t for t in (record.start_deadline, record.deadline) if t is not None]
+        backlog, tenant = self.backlog, record.tenant
+        now = time.time()
+        keys = [
+            WORKER_SET + self.region,
+            BUSY_SET + self.region,
+            QUEUED_SET + self.region,
+            START_BY_SET + self.region,
+            JOB_KEY + record.id,
+            INPUT_KEY + record.id,
+            queue or record.region,  # unused by a seed
+            HOLDING_SET + record.home_region,
+            backlog.all_key,
+            backlog.tenant_key(tenant),
+            backlog.message_key,
+            backlog.ring_key,
+            backlog.active_key,
+            TENANT_JOBS + tenant,
+            TENANT_IN_FLIGHT + tenant,
+            *held_by,
+            *(key for key, _ in idempotency),
+        ]
+        args: list[Any] = [
+            repr(now),
+            "" if allowance is None else repr(allowance),
+            record.model_dump_json(),
+            inputs,
+            RECORD_TTL_S,
+            INPUT_TTL_S,
+            record.id,
+            repr(record.created_at),
+            repr(min(limits)) if limits else "",
+            message,
+            idempotency_entry,
+            mode,
+            tenant,
+            repr(order_score(record.priority, record.created_at)),
+            "" if caps.tenant is None else caps.tenant,
+            "" if caps.region is None else caps.region,
+            len(held_by),
+            direct_prefix,
+            "1" if index else "",
+            repr(now - RECORD_TTL_S),
+            *(ttl for _, ttl in idempotency),
+        ]
+        answer = self._script(keys=keys, args=args)
+        outcome = Outcome(int(answer[0]))
+        if outcome is Outcome.REPEAT:
+            return Admission(outcome, 0, 0, earlier=answer[3], matched=int(answer[4]))
+        cap = answer[3].decode() if outcome is Outcome.CAPPED else ""
+        worker = (answer[3].decode() or None) if outcome is Outcome.ADMITTED else None
+        return Admission(outcome, int(answer[1]), int(answer[2]), cap=cap, worker=worker)
+
+    def seed(self, record: JobRecord, inputs: bytes, index: bool = False) -> None:
+        """Store a new queued record and its input with no message (the job reaches a worker
+        by other means: tests, tools); raises FileExistsError if the id exists already."""
+        if self.admit(record, inputs, mode="seed", index=index).outcome is Outcome.EXISTS:
+            raise FileExistsError(f"job {record.id} exists already")
+
+
+def seed(client: redis.Redis, record: JobRecord, inputs: bytes, index: bool = False) -> None:
+    """:meth:`AdmissionScript.seed` in ``record``'s region, whose Redis ``client`` is."""
+    AdmissionScript(client, record.region).seed(record, inputs, index)

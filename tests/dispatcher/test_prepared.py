@@ -1,0 +1,81 @@
+"""A job's inputs computed once at the edge: one decode and one digest of the image per
+submit, carried down to the record; the job listed under its tenant by the admission itself."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator
+from unittest import mock
+
+import pytest
+import redis
+from PIL import ImageFile
+
+from animfleet.job_inputs import JobInputs
+from animfleet.region.keys import INPUT_KEY, TENANT_IN_FLIGHT, TENANT_JOBS
+from animfleet.region.workers import WorkerRegistry
+from animfleet.topology import Topology
+from dispatcher import Client
+from dispatcher.admission import AdmissionSettings
+from dispatcher.inputs import parse_request
+from dispatcher.prepared import PreparedInputs
+from dispatcher.records import fingerprint
+
+
+@pytest.fixture
+def client(one_region: Topology, redis_client: redis.Redis) -> Iterator[Client]:
+    found = Client(one_region, admission=AdmissionSettings(retry_budget_s=0.0, max_attempts=1))
+    yield found
+    found.close()
+
+
+def test_the_fingerprint_is_the_one_from_before_the_digest_was_shared() -> None:
+    """Idempotency keys bound before survive: the same bytes hash to the same fingerprint."""
+    image, mask = b"image bytes", b"mask bytes"
+    request = parse_request(prompt="sway", width=64, height=64)
+    for given in (None, mask):
+        before = hashlib.sha256(image)
+        if given is not None:
+            before.update(b"mask:" + hashlib.sha256(given).digest())
+        before.update(request.model_dump_json(exclude={"addons", "regions", "loop"}).encode())
+        before.update(b"east")
+        digest = None if given is None else hashlib.sha256(given).hexdigest()
+        inputs = PreparedInputs.of(image, (64, 64), given, digest)
+        assert fingerprint(inputs, request, "east") == before.hexdigest()
+        assert inputs.image_sha256 == hashlib.sha256(image).hexdigest()
+        assert JobInputs.unpack(inputs.packed) == JobInputs(image, {"mask": given} if given else {})
+
+
+def test_a_submit_decodes_and_hashes_the_image_once_and_the_record_carries_the_digest(
+    client: Client, redis_client: redis.Redis, make_image: Callable[..., bytes]
+) -> None:
+    db = redis_client
+    WorkerRegistry(db, "one").beat("gpu0", {}, ttl_s=60, busy=False)
+    image = make_image(seed=3)
+    decodes, digests = [], []
+    load, sha256 = ImageFile.ImageFile.load, hashlib.sha256
+
+    def counted_load(self: ImageFile.ImageFile) -> object:
+        decodes.append(1)
+        return load(self)
+
+    def counted_sha256(*args: object, **kwargs: object) -> object:
+        digests.append(1)
+        return sha256(*args, **kwargs)  # type: ignore[arg-type]
+
+    with (
+        mock.patch.object(ImageFile.ImageFile, "load", counted_load),
+        mock.patch.object(hashlib, "sha256", counted_sha256),
+    ):
+        handle = client.submit(image, "sway", home_region="one", idempotency_key="k", tenant="t")
+    assert (len(decodes), len(digests)) == (1, 1)
+    stored = client.get(handle.id)
+    assert stored.params.image_sha256 == sha256(image).hexdigest()
+    assert handle.record == stored  # what the gateway answers with: no read back
+    assert db.get(INPUT_KEY + handle.id) == image
+    # Listed under its tenant and counted in flight by the admission script itself.
+    assert db.zscore(TENANT_JOBS + "t", handle.id) == stored.created_at
+    assert db.zscore(TENANT_IN_FLIGHT + "t", handle.id) == stored.created_at
+    again = client.submit(image, "sway", home_region="one", idempotency_key="k", tenant="t")
+    assert (again.id, again.created, again.record) == (handle.id, False, None)
+    assert db.zcard(TENANT_JOBS + "t") == 1
