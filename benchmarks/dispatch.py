@@ -118,11 +118,10 @@ def breakdown(client: Client, submit: Callable[[], object], region: str, count: 
     other = total - sum(seconds for _, (_, seconds) in rows)
     rows.append(("other (placement, keys, packing, metrics)", [count, other]))
     print(f"\ndispatcher submit by stage ({count} more calls, each stage timed)")
-    print(f"{'stage':<44}{'per submit':>11}{'us/call':>9}{'share':>8}")
+    print(f"{'stage':<44}{'calls':>7}{'us':>8}{'share':>8}   (per submit)")
     for name, (calls, seconds) in [*rows, ("total", [count, total])]:
-        print(
-            f"{name:<44}{calls / count:>11.2f}{seconds / count * 1e6:>9.1f}{seconds / total:>8.0%}"
-        )
+        share = seconds / total
+        print(f"{name:<44}{calls / count:>7.2f}{seconds / count * 1e6:>8.1f}{share:>8.0%}")
     once = all(spent[stage][0] == count for stage in ("decode", "digest"))
     print(f"decode and digest once per submit: {'yes' if once else 'NO'}")
 
