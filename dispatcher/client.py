@@ -38,13 +38,12 @@ from dispatcher.errors import DispatcherError
 from dispatcher.inputs import (
     AnimationRequest,
     InvalidInput,
-    check_image,
     default_size,
     parse_request,
 )
 from dispatcher.lookup import STORED_CLIENT_JOB_ID, JobLookup, RegionLink
 from dispatcher.mask_input import check_mask, check_mask_addons
-from dispatcher.prepared import PreparedInputs
+from dispatcher.prepared import ImageChecks, PreparedInputs
 from dispatcher.versions import WORKER_MODEL, Choice, VersionChooser
 
 MAX_KEY_CHARS = 255  # Idempotency-Key
@@ -110,6 +109,7 @@ class Client(JobLookup):
         self.placement = Placement(self.topology.names, self.routing, self.admission)
         self.versions = VersionChooser(lambda region: self._link(region).store.redis)
         self.addons = AddonChecker(lambda region: self._link(region).store.redis)
+        self.images = ImageChecks()
 
     def close(self) -> None:
         """Stop the background refresh of routing tables."""
@@ -154,7 +154,8 @@ class Client(JobLookup):
         """
         addons, controls = take_images(options.pop("addons", ()))
         regions, region_masks = take_region_masks(options.pop("regions", ()))
-        _, image_width, image_height = check_image(image)
+        checked = self.images.check(image)  # the one digest, and at most one decode
+        image_width, image_height = checked.width, checked.height
         given = options.get("width"), options.get("height")
         if all(side is None or type(side) is int for side in given):  # else validation says why
             options["width"], options["height"] = default_size(image_width, image_height, *given)
@@ -186,11 +187,11 @@ class Client(JobLookup):
             raise InvalidInput("Idempotency-Key", f"must be 1-{MAX_KEY_CHARS} characters")
         home = home_region or self.topology.names[0]
         self.topology.region(home)
-        # Decoded once (above), hashed and packed once: the mask, add-ons' control images and
+        # Hashed and decoded once (above), packed once: the mask, add-ons' control images and
         # brushed regions' masks ride with the image in the one value stored.
         inputs = PreparedInputs.of(
             image,
-            (image_width, image_height),
+            checked,
             mask,
             masked.sha256 if masked else None,
             {**controls, **region_masks},

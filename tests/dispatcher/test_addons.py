@@ -13,10 +13,10 @@ from animfleet.addons import AddonUse, control_input
 from animfleet.region.addons import RegionAddons
 from dispatcher.addons import AddonChecker, take_images
 from dispatcher.inputs import InvalidInput, parse_request
-from dispatcher.prepared import PreparedInputs
+from dispatcher.prepared import CheckedImage, PreparedInputs
 from dispatcher.records import fingerprint
 
-X = PreparedInputs.of(b"x", (1, 1))  # an image's inputs: only its digest matters here
+X = PreparedInputs.of(b"x", CheckedImage.known(b"x", 1, 1))  # only its digest matters here
 
 
 def test_requests_validate_addons() -> None:

@@ -16,11 +16,11 @@ from animfleet.job_inputs import JobInputs
 from animfleet.jobs import JobParams
 from dispatcher.brush_input import check_region_masks, take_region_masks
 from dispatcher.inputs import InvalidInput, parse_request
-from dispatcher.prepared import PreparedInputs
+from dispatcher.prepared import CheckedImage, PreparedInputs
 from dispatcher.records import fingerprint, new_record
 from workers.inputs import StoredInputError, StoredInputMissing, stored_inputs
 
-X = PreparedInputs.of(b"x", (1, 1))  # an image's inputs: only its digest matters here
+X = PreparedInputs.of(b"x", CheckedImage.known(b"x", 1, 1))  # only its digest matters here
 
 STROKE = [[0.2, 0.5], [0.8, 0.5]]
 
@@ -93,7 +93,8 @@ def test_regions_are_hashed_on_the_record_and_packed_with_the_image() -> None:
     )
     request = parse_request(prompt="still", regions=regions, loop=True, width=128, height=128)
     check_region_masks(masks, (64, 64), 128, 128)
-    record = new_record("east.x", "east", "east", request, PreparedInputs.of(b"image", (64, 64)))
+    inputs = PreparedInputs.of(b"image", CheckedImage.known(b"image", 64, 64))
+    record = new_record("east.x", "east", "east", request, inputs)
     assert record.params.loop is True
     assert [r.mask_sha256 for r in record.params.regions] == [
         hashlib.sha256(water).hexdigest(),

@@ -17,8 +17,8 @@ from animfleet.region.workers import WorkerRegistry
 from animfleet.topology import Topology
 from dispatcher import Client
 from dispatcher.admission import AdmissionSettings
-from dispatcher.inputs import parse_request
-from dispatcher.prepared import PreparedInputs
+from dispatcher.inputs import InvalidInput, parse_request
+from dispatcher.prepared import CheckedImage, ImageChecks, PreparedInputs
 from dispatcher.records import fingerprint
 
 
@@ -40,7 +40,7 @@ def test_the_fingerprint_is_the_one_from_before_the_digest_was_shared() -> None:
         before.update(request.model_dump_json(exclude={"addons", "regions", "loop"}).encode())
         before.update(b"east")
         digest = None if given is None else hashlib.sha256(given).hexdigest()
-        inputs = PreparedInputs.of(image, (64, 64), given, digest)
+        inputs = PreparedInputs.of(image, CheckedImage.known(image, 64, 64), given, digest)
         assert fingerprint(inputs, request, "east") == before.hexdigest()
         assert inputs.image_sha256 == hashlib.sha256(image).hexdigest()
         assert JobInputs.unpack(inputs.packed) == JobInputs(image, {"mask": given} if given else {})
@@ -76,6 +76,31 @@ def test_a_submit_decodes_and_hashes_the_image_once_and_the_record_carries_the_d
     # Listed under its tenant and counted in flight by the admission script itself.
     assert db.zscore(TENANT_JOBS + "t", handle.id) == stored.created_at
     assert db.zscore(TENANT_IN_FLIGHT + "t", handle.id) == stored.created_at
-    again = client.submit(image, "sway", home_region="one", idempotency_key="k", tenant="t")
+    with (
+        mock.patch.object(ImageFile.ImageFile, "load", counted_load),
+        mock.patch.object(hashlib, "sha256", counted_sha256),
+    ):
+        again = client.submit(image, "sway", home_region="one", idempotency_key="k", tenant="t")
     assert (again.id, again.created, again.record) == (handle.id, False, None)
     assert db.zcard(TENANT_JOBS + "t") == 1
+    # The same bytes again: hashed, but not decoded again (the check remembers its answer).
+    assert (len(decodes), len(digests)) == (1, 2)
+
+
+def test_image_checks_refuse_what_check_image_refuses_and_forget_the_oldest(
+    make_image: Callable[..., bytes],
+) -> None:
+    checks = ImageChecks(most=2)
+    images = [make_image(width=16 * (n + 1), height=8, seed=n) for n in range(3)]
+    for image in images:
+        checked = checks.check(image)
+        assert (checked.sha256, checked.height) == (sha256_hex(image), 8)
+    assert len(checks._sizes) == 2 and sha256_hex(images[0]) not in checks._sizes
+    with pytest.raises(InvalidInput, match="image: must be bytes"):
+        checks.check("not bytes")  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match="image: could not be decoded"):
+        checks.check(images[2][:-40])  # truncated: a new digest, checked in full
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
