@@ -167,7 +167,7 @@ def main() -> None:
         broker = redis.Redis.from_url(region.broker_url)
         total = args.rounds * args.per_round
         # Capacity that never binds, so both sides measure publishing, not admission refusals.
-        for index in range(total + args.breakdown + 1):
+        for index in range(3 * (total + args.breakdown + 1)):  # every path's jobs, at most
             Heartbeat(broker, "bench", f"gpu{index}", "bench", ttl_s=3600).beat()
 
         raw = Celery("raw", broker=region.broker_url)
