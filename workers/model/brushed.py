@@ -38,7 +38,8 @@ def job_motion(
     templates: TemplateCache | None = getattr(animator, "templates", None)
     if templates is None:  # a stand-in: nothing to keep it in
         return build(frame)
-    masks = tuple(hashlib.sha256(mask).hexdigest() for _, mask in regions)
+    # By the digests the record holds (the stored masks were checked against them).
+    masks = tuple(use.mask_sha256 or hashlib.sha256(mask).hexdigest() for use, mask in regions)
     uses = tuple(use.model_copy(update={"mask_sha256": None}) for use, _ in regions)
     key = ("brush", params.frames, params.loop, uses, masks)
-    return templates.derived(image, params.width, params.height, key, build)
+    return templates.derived(image, params.width, params.height, key, build, params.image_sha256)

@@ -77,7 +77,12 @@ def prefetch(
     templates: TemplateCache | None = getattr(animator, "templates", None)
     if templates is None:
         return None
-    return templates.prefetch(image, params.width, params.height, mask)
+    return templates.prefetch(image, params.width, params.height, mask, digests_of(params))
+
+
+def digests_of(params: JobParams) -> tuple[str | None, str | None]:
+    """The image's and the mask's sha256 from the job's record (computed once, at submit)."""
+    return params.image_sha256, params.mask
 
 
 def encoder(pipeline: object) -> Encode | None:
@@ -108,8 +113,9 @@ class CropInput:
 def crop_input(animator: Animator, image: bytes, mask: bytes, params: JobParams) -> CropInput:
     """The job's box, from its template (built now, or held). Raises ValueError for a mask
     that animates nothing at the job's size."""
-    template = animator.templates.get(image, params.width, params.height, mask)
-    request = Request(params.width, params.height, content_hash(mask))
+    digests = digests_of(params)
+    template = animator.templates.get(image, params.width, params.height, mask, digests)
+    request = Request(params.width, params.height, digests[1] or content_hash(mask))
     frame, region = template.frames[request.size], template.regions[request]
     rows, cols = region.box.slices
     crop = np.ascontiguousarray(frame[rows, cols])
@@ -121,7 +127,7 @@ def whole_frame(
 ) -> tuple[Pixels, Features | None]:
     """An unmasked job's fitted frame and its features, from its template (built now, or
     held): what ``prepare_image`` and the pipeline's own encoders would compute."""
-    template = animator.templates.get(image, params.width, params.height)
+    template = animator.templates.get(image, params.width, params.height, None, digests_of(params))
     request = Request(params.width, params.height)
     return template.frames[request.size], template.box_features(request)
 

@@ -130,12 +130,20 @@ class TemplateCache:
             return sum(template.nbytes for template in self._entries.values())
 
     def prefetch(
-        self, image: bytes, width: int, height: int, mask: bytes | None = None
+        self,
+        image: bytes,
+        width: int,
+        height: int,
+        mask: bytes | None = None,
+        digests: tuple[str | None, str | None] = (None, None),
     ) -> Future[Template]:
         """Start loading ``image``'s template at ``width`` x ``height`` (with ``mask``'s region
-        and box features) on the background thread; a held one is returned done, at once."""
-        key = content_hash(image)
-        request = Request(width, height, None if mask is None else content_hash(mask))
+        and box features) on the background thread; a held one is returned done, at once.
+        ``digests``: the image's and the mask's sha256 as the job's record holds them (computed
+        once at submit); a missing one is computed here."""
+        key = digests[0] or content_hash(image)
+        mask_key = None if mask is None else digests[1] or content_hash(mask)
+        request = Request(width, height, mask_key)
         with self._lock:
             held = self._entries.get(key)
             if held is not None and held.has(request, self.encode is not None):
@@ -152,9 +160,16 @@ class TemplateCache:
             self._loading[(key, request)] = future
             return future
 
-    def get(self, image: bytes, width: int, height: int, mask: bytes | None = None) -> Template:
+    def get(
+        self,
+        image: bytes,
+        width: int,
+        height: int,
+        mask: bytes | None = None,
+        digests: tuple[str | None, str | None] = (None, None),
+    ) -> Template:
         """``image``'s template, loading it (on the background thread) if it is not held."""
-        return self.prefetch(image, width, height, mask).result()
+        return self.prefetch(image, width, height, mask, digests).result()
 
     def derived(
         self,
@@ -163,11 +178,13 @@ class TemplateCache:
         height: int,
         key: Hashable,
         build: Callable[[Pixels], Derived],
+        digest: str | None = None,
     ) -> Derived:
         """The value ``build`` derives from ``image``'s frame at ``width`` x ``height`` (and
         whatever ``key`` names besides: a brushed job's regions), held with the image's
-        template: built now (in the caller's thread) the first time, then served."""
-        template = self.get(image, width, height)
+        template: built now (in the caller's thread) the first time, then served. ``digest``:
+        the image's sha256 as the job's record holds it."""
+        template = self.get(image, width, height, digests=(digest, None))
         with self._lock:
             held = self._entries.get(template.key, template).derived.get(key)
             if held is not None:
