@@ -1,11 +1,12 @@
 """Dispatcher submit against raw Celery ``apply_async`` to one Redis (``make bench-dispatch``).
 
-Both sides publish one job per call (the shipped example image and a prompt) from one thread to
-a private Redis, in alternating rounds (who goes first alternates too) so machine noise hits both
-alike. The raw side carries the
-image in the task arguments, as a plain Celery app would. The dispatcher side does everything a
-real submit does: validation (including a full check of the image's pixel data), routing-table
-lookup, idempotency key, atomic admission, job record and input, and the Celery message.
+Every path publishes one job per call (the shipped example image and a prompt) from one thread
+to a private Redis, in alternating rounds (who goes first alternates too) so machine noise hits
+all alike. The raw side carries the image in the task arguments, as a plain Celery app would.
+The dispatcher's submit does everything a real submit does: validation (including a full check
+of the image's pixel data), routing-table lookup, idempotency key, atomic admission, job record
+and input, and the Celery message; it runs twice: with the same image every call (checked once,
+then known by its digest) and with a new image every call (each one decoded in full).
 
 Printed: each side's throughput, latency percentiles and CPU time per call; a per-stage
 breakdown of the dispatcher's submit from a separate pass with timers around each stage (the

@@ -97,7 +97,8 @@ class Holdings:
         return counts
 
     def candidates(self, things: Sequence[str], limit: int = MAX_CANDIDATES) -> list[str]:
-        """Workers holding most of ``things``, best first (ties by name, so dispatchers agree)."""
+        """Workers holding most of ``things``, best first (ties by name, so dispatchers agree):
+        the order in which the admission script (:mod:`.admission`) offers a job to them."""
         counts = self.holders(things)
         return sorted(counts, key=lambda worker: (-counts[worker], worker))[:limit]
 

@@ -2,12 +2,13 @@
 
 Each name has one owner module in this package, which alone reads and writes it:
 :mod:`.jobstore` (records, inputs, queue order, deadlines, run times, idempotency, the holding and
-waiting sets), :mod:`.runs` (the lease of each job's live run), :mod:`.workers` (heartbeats),
-:mod:`.outbox` (webhook deliveries) and
+waiting sets; records are created only by :mod:`.admission`, which also lists a new job under
+its tenant for :mod:`.listing` and :mod:`.tenants`), :mod:`.runs` (the lease of each job's live
+run), :mod:`.workers` (heartbeats), :mod:`.outbox` (webhook deliveries) and
 :mod:`.status` (read-only counts for the router), :mod:`.affinity` (what workers hold warm,
 their direct queues), :mod:`.sweeper` (its lease and the
-time a region lost its last worker) and :mod:`.backlog` with :mod:`.handoff` (the backlog; its
-admission script also creates records, and a move onto the GPU queue adds to the queued set).
+time a region lost its last worker) and :mod:`.backlog` with :mod:`.handoff` (the backlog; the
+admission script adds to it, and a move onto the GPU queue adds to the queued set).
 The routing table is written by the router and read by dispatchers (``dispatcher/routing``).
 """
 
