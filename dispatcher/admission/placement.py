@@ -63,6 +63,8 @@ class RoutingCache:
         self.client, self.regions = client, regions
         self.refresh_s, self.stale_after_s = refresh_s, stale_after_s
         self._document: RoutingSnapshot | None = None
+        # Home-only routing needs no fresh knowledge: one table serves every submit.
+        self._home_only = RoutingSnapshot(RoutingTable.home_only(regions, computed_at=time.time()))
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -94,7 +96,7 @@ class RoutingCache:
         now = time.time() if now is None else now
         document = self._document
         if document is None or now - document.table.computed_at > self.stale_after_s:
-            return RoutingSnapshot(RoutingTable.home_only(self.regions, computed_at=now))
+            return self._home_only
         return document
 
     def _loop(self) -> None:
