@@ -113,8 +113,8 @@ class CropInput:
 def crop_input(animator: Animator, image: bytes, mask: bytes, params: JobParams) -> CropInput:
     """The job's box, from its template (built now, or held). Raises ValueError for a mask
     that animates nothing at the job's size."""
-    digests = digests_of(params)
-    template = animator.templates.get(image, params.width, params.height, mask, digests)
+    size, digests = (params.width, params.height), digests_of(params)
+    template = animator.templates.prefetch(image, *size, mask, digests).result()
     request = Request(params.width, params.height, digests[1] or content_hash(mask))
     frame, region = template.frames[request.size], template.regions[request]
     rows, cols = region.box.slices
@@ -127,7 +127,8 @@ def whole_frame(
 ) -> tuple[Pixels, Features | None]:
     """An unmasked job's fitted frame and its features, from its template (built now, or
     held): what ``prepare_image`` and the pipeline's own encoders would compute."""
-    template = animator.templates.get(image, params.width, params.height, None, digests_of(params))
+    size, digests = (params.width, params.height), digests_of(params)
+    template = animator.templates.prefetch(image, *size, None, digests).result()
     request = Request(params.width, params.height)
     return template.frames[request.size], template.box_features(request)
 

@@ -160,16 +160,10 @@ class TemplateCache:
             self._loading[(key, request)] = future
             return future
 
-    def get(
-        self,
-        image: bytes,
-        width: int,
-        height: int,
-        mask: bytes | None = None,
-        digests: tuple[str | None, str | None] = (None, None),
-    ) -> Template:
-        """``image``'s template, loading it (on the background thread) if it is not held."""
-        return self.prefetch(image, width, height, mask, digests).result()
+    def get(self, image: bytes, width: int, height: int, mask: bytes | None = None) -> Template:
+        """``image``'s template, loading it (on the background thread) if it is not held.
+        (A job's own template: ``prefetch(..., digests).result()``, by its record's digests.)"""
+        return self.prefetch(image, width, height, mask).result()
 
     def derived(
         self,
@@ -184,7 +178,7 @@ class TemplateCache:
         whatever ``key`` names besides: a brushed job's regions), held with the image's
         template: built now (in the caller's thread) the first time, then served. ``digest``:
         the image's sha256 as the job's record holds it."""
-        template = self.get(image, width, height, digests=(digest, None))
+        template = self.prefetch(image, width, height, None, (digest, None)).result()
         with self._lock:
             held = self._entries.get(template.key, template).derived.get(key)
             if held is not None:
