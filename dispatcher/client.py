@@ -6,7 +6,7 @@ import math
 import secrets
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -64,7 +64,7 @@ class JobHandle:
     client: Client
     created: bool = True  # False: an idempotent repeat returned the job created earlier
     # The record as admitted (a new job's; None for a repeat): no need to read it back.
-    record: JobRecord | None = None
+    record: JobRecord | None = field(default=None, compare=False, repr=False)
 
     def get(self) -> JobRecord:
         return self.client.get(self.id)
