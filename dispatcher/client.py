@@ -18,7 +18,7 @@ from animfleet.jobs import (
     new_job_id,
 )
 from animfleet.netguard import BlockedURL, NetGuard
-from animfleet.region.admission import Outcome
+from animfleet.region.admission import AdmissionOutcome
 from animfleet.region.jobstore import JobStore
 from animfleet.region.listing import Listing
 from animfleet.region.tenants import Tenants
@@ -326,19 +326,19 @@ class Client(JobLookup):
                 raise EnqueueFailed(
                     f"region {target}: could not enqueue job {new_id}: {error}"
                 ) from error
-            if answer.outcome is Outcome.REPEAT and answer.earlier is not None:
+            if answer.outcome is AdmissionOutcome.REPEAT and answer.earlier is not None:
                 key = keys[answer.matched - 1]
                 job, region = JobStore.earlier_job(key, answer.earlier, fingerprint)
                 raise _Repeat(JobHandle(job, region, self, created=False))
-            if answer.outcome is Outcome.EXISTS:
+            if answer.outcome is AdmissionOutcome.EXISTS:
                 raise EnqueueFailed(f"region {target}: job id {new_id} exists already")
-            if answer.outcome is Outcome.CAPPED:
+            if answer.outcome is AdmissionOutcome.CAPPED:
                 raise self._backlog_full(target, answer.cap, answer.live_workers)
         except BaseException:
             for key in claimed:  # nothing was queued: the caller may retry with the same key
                 home_store.release_idempotency_key(key)
             raise
-        if answer.outcome not in (Outcome.ADMITTED, Outcome.BACKLOGGED):
+        if answer.outcome not in (AdmissionOutcome.ADMITTED, AdmissionOutcome.BACKLOGGED):
             for key in claimed:
                 home_store.release_idempotency_key(key)
             log.debug("job.region_full", region=target, live=answer.live_workers, held=answer.held)
@@ -346,7 +346,7 @@ class Client(JobLookup):
         if not bind_in_script:  # at home, the admission script listed it
             Listing(home_store.redis).add(record.tenant, record.id, record.created_at)
             Tenants(home_store.redis).track(record.tenant, record.id, record.created_at)
-        waited = answer.outcome is Outcome.BACKLOGGED
+        waited = answer.outcome is AdmissionOutcome.BACKLOGGED
         log.info("job.submitted", job_id=new_id, region=target, home_region=home, backlog=waited)
         metrics.admitted(home, target, backlog=waited, version=choice.version)
         return JobHandle(id=new_id, region=target, client=self, record=record)

@@ -25,7 +25,7 @@ from pydantic_settings import SettingsConfigDict
 
 from animfleet.jobs import IllegalTransition, JobRecord, JobState
 from animfleet.metrics import port_from_env, serve
-from animfleet.region.admission import Outcome, admission_limit
+from animfleet.region.admission import AdmissionOutcome, admission_limit
 from animfleet.region.backlog import Backlog
 from animfleet.region.catalog import ModelCatalog
 from animfleet.region.handoff import Handoff
@@ -214,10 +214,10 @@ class RegionScheduler:
         answer = self.queue(target).admit(
             copy, image, idempotency=[slot], idempotency_entry=entry, backlog=into_backlog
         )
-        if answer.outcome in (Outcome.FULL, Outcome.CAPPED):
+        if answer.outcome in (AdmissionOutcome.FULL, AdmissionOutcome.CAPPED):
             self.handoff.give_back(job_id, token)
             return 0
-        if answer.outcome is Outcome.REPEAT and _fingerprint(answer.earlier) != COPIED:
+        if answer.outcome is AdmissionOutcome.REPEAT and _fingerprint(answer.earlier) != COPIED:
             log.warning("backlog.spill_fenced", job_id=job_id, region=self.region, target=target)
             return 0  # the claim was recovered by another scheduler while this one stalled
         return self._finish_move(job_id, target, token)

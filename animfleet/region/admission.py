@@ -39,7 +39,7 @@ from animfleet.region.keys import (
 )
 
 
-class Outcome(IntEnum):
+class AdmissionOutcome(IntEnum):
     """What an admission answered."""
 
     EXISTS = -1  # a record of that id exists already: nothing written
@@ -168,7 +168,7 @@ class Admission:
     idempotency entry bound before and ``matched`` its 1-based key; with ``CAPPED``, ``cap``
     says which (``tenant`` or ``region``)."""
 
-    outcome: Outcome
+    outcome: AdmissionOutcome
     live_workers: int
     held: int
     earlier: bytes | None = None
@@ -257,17 +257,17 @@ class AdmissionScript:
             *(ttl for _, ttl in idempotency),
         ]
         answer = self._script(keys=keys, args=args)
-        outcome = Outcome(int(answer[0]))
-        if outcome is Outcome.REPEAT:
+        outcome = AdmissionOutcome(int(answer[0]))
+        if outcome is AdmissionOutcome.REPEAT:
             return Admission(outcome, 0, 0, earlier=answer[3], matched=int(answer[4]))
-        cap = answer[3].decode() if outcome is Outcome.CAPPED else ""
-        worker = (answer[3].decode() or None) if outcome is Outcome.ADMITTED else None
+        cap = answer[3].decode() if outcome is AdmissionOutcome.CAPPED else ""
+        worker = (answer[3].decode() or None) if outcome is AdmissionOutcome.ADMITTED else None
         return Admission(outcome, int(answer[1]), int(answer[2]), cap=cap, worker=worker)
 
     def seed(self, record: JobRecord, inputs: bytes, index: bool = False) -> None:
         """Store a new queued record and its input with no message (the job reaches a worker
         by other means: tests, tools); raises FileExistsError if the id exists already."""
-        if self.admit(record, inputs, mode="seed", index=index).outcome is Outcome.EXISTS:
+        if self.admit(record, inputs, mode="seed", index=index).outcome is AdmissionOutcome.EXISTS:
             raise FileExistsError(f"job {record.id} exists already")
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from animfleet.jobs import JobRecord
-from animfleet.region.admission import Admission, AdmissionScript, BacklogCaps, Outcome
+from animfleet.region.admission import Admission, AdmissionOutcome, AdmissionScript, BacklogCaps
 from animfleet.region.affinity import Holdings, announce_prefetch, direct_queue, things_of
 from animfleet.region.jobstore import JobStore
 from animfleet.region.messages import AnimateMessages
@@ -79,7 +79,7 @@ class RegionQueue:
             direct_prefix=self.direct_prefix,
             index=index,
         )
-        if answer.outcome is Outcome.ADMITTED and record.params.addons:
+        if answer.outcome is AdmissionOutcome.ADMITTED and record.params.addons:
             names = [use.name for use in record.params.addons]
             announce_prefetch(self.store.redis, self.region.name, names, answer.worker)
         return answer

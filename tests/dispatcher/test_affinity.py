@@ -12,7 +12,7 @@ import redis
 
 from animfleet.addons import AddonUse
 from animfleet.jobs import JobParams, JobRecord
-from animfleet.region.admission import BacklogCaps, Outcome
+from animfleet.region.admission import AdmissionOutcome, BacklogCaps
 from animfleet.region.affinity import (
     DirectQueues,
     Holdings,
@@ -73,7 +73,7 @@ def test_an_idle_holder_gets_the_job_on_its_direct_queue(
     Holdings(client, region.name).publish("b", things_of(image_digest(IMAGE)), ttl_s=60)
     queue = RegionQueue(region, JobStore(client), 0.0, BacklogCaps())
     answer = queue.admit(record("j1"), IMAGE)
-    assert (answer.outcome, answer.worker) == (Outcome.ADMITTED, "b")
+    assert (answer.outcome, answer.worker) == (AdmissionOutcome.ADMITTED, "b")
     assert queued_on(client, region) == {"b": 1}
     # b has a job waiting now: the next job with the same image goes to the shared queue.
     assert queue.admit(record("j2"), IMAGE).worker is None

@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from animfleet.jobs import JobParams, JobRecord, JobState
-from animfleet.region.admission import BacklogCaps, Outcome
+from animfleet.region.admission import AdmissionOutcome, BacklogCaps
 from animfleet.region.backlog import Backlog
 from animfleet.region.handoff import Handoff
 from animfleet.region.jobstore import JobStore
@@ -60,23 +60,26 @@ def test_direct_while_a_gpu_is_free_then_backlog_then_caps(
     client = dbs["b1"]
     q = queue(servers, client)
     assert (
-        q.admit(record("b1.x"), b"img").outcome == Outcome.FULL
+        q.admit(record("b1.x"), b"img").outcome == AdmissionOutcome.FULL
     )  # no GPU, no backlog asked: nothing
     gpus(client, 1)
-    assert q.admit(record("b1.a"), b"img", backlog=True).outcome == Outcome.ADMITTED
+    assert q.admit(record("b1.a"), b"img", backlog=True).outcome == AdmissionOutcome.ADMITTED
     assert client.llen("animate.b1") == 1
-    assert q.admit(record("b1.b"), b"img", backlog=True).outcome == Outcome.BACKLOGGED
+    assert q.admit(record("b1.b"), b"img", backlog=True).outcome == AdmissionOutcome.BACKLOGGED
     assert client.llen("animate.b1") == 1 and q.script.backlog.depth() == 1
     assert client.get("animfleet:job:b1.b") and client.get("animfleet:input:b1.b") == b"img"
     for index in range(2):
-        assert q.admit(record(f"b1.c{index}"), b"i", backlog=True).outcome == Outcome.BACKLOGGED
+        assert (
+            q.admit(record(f"b1.c{index}"), b"i", backlog=True).outcome
+            == AdmissionOutcome.BACKLOGGED
+        )
     tenant_full = q.admit(record("b1.d"), b"img", backlog=True)  # tenant cap 3
-    assert (tenant_full.outcome, tenant_full.cap) == (Outcome.CAPPED, "tenant")
+    assert (tenant_full.outcome, tenant_full.cap) == (AdmissionOutcome.CAPPED, "tenant")
     assert not client.exists("animfleet:job:b1.d")
     for index in range(2):
         q.admit(record(f"b1.e{index}", tenant="u"), b"i", backlog=True)
     region_full = q.admit(record("b1.f", tenant="v"), b"img", backlog=True)  # region cap 5
-    assert (region_full.outcome, region_full.cap) == (Outcome.CAPPED, "region")
+    assert (region_full.outcome, region_full.cap) == (AdmissionOutcome.CAPPED, "region")
 
 
 def test_moves_home_by_weighted_round_robin_then_priority_then_fifo(
@@ -268,7 +271,9 @@ def test_a_spill_stalled_after_its_copy_is_finished_once(
         idempotency=[JobStore.idempotency_slot(spill_slot("b1.sc", taken.token))],
         idempotency_entry=JobStore.idempotency_entry("b1.sc", "b2", "spill-copy"),
     )
-    assert answer.outcome == Outcome.ADMITTED  # the copy is made, then the scheduler stalls
+    assert (
+        answer.outcome == AdmissionOutcome.ADMITTED
+    )  # the copy is made, then the scheduler stalls
     time.sleep(0.01)
 
     takeover.recover_claims()  # the copy holds the claim's slot: the move is finished
@@ -319,5 +324,5 @@ def test_a_region_without_workers_spills_into_a_busy_neighbours_backlog(
         assert where(dbs, f"b1.w{index}") == ["b2"]
     # With a (busy) worker back home, a full neighbour takes nothing more: the job waits here.
     WorkerRegistry(dbs["b1"], "b1").beat("gpu0", {}, ttl_s=60, busy=True)
-    assert q.admit(record("b1.w3"), b"img", backlog=True).outcome == Outcome.BACKLOGGED
+    assert q.admit(record("b1.w3"), b"img", backlog=True).outcome == AdmissionOutcome.BACKLOGGED
     assert scheduler.pump() == (0, 1) and Backlog(dbs["b2"], "b2").depth() == 3

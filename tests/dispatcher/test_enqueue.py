@@ -7,7 +7,7 @@ import json
 import redis
 
 from animfleet.jobs import JobParams, JobRecord
-from animfleet.region.admission import Outcome
+from animfleet.region.admission import AdmissionOutcome
 from animfleet.region.jobstore import JobStore
 from animfleet.region.workers import WorkerRegistry
 from animfleet.topology import Region
@@ -44,12 +44,12 @@ def test_admits_up_to_one_job_per_live_gpu_then_refuses_without_writing(
 ) -> None:
     queue = queue_for(servers, redis_client)
     assert (
-        queue.admit(record("q1.a"), b"img").outcome == Outcome.FULL
+        queue.admit(record("q1.a"), b"img").outcome == AdmissionOutcome.FULL
     )  # no live worker: no capacity
     WorkerRegistry(redis_client, "q1").beat("gpu0", {}, ttl_s=30, busy=False)
     first = queue.admit(record("q1.b"), b"img")
-    assert (first.outcome, first.live_workers, first.held) == (Outcome.ADMITTED, 1, 1)
-    assert queue.admit(record("q1.c"), b"img").outcome == Outcome.FULL
+    assert (first.outcome, first.live_workers, first.held) == (AdmissionOutcome.ADMITTED, 1, 1)
+    assert queue.admit(record("q1.c"), b"img").outcome == AdmissionOutcome.FULL
     assert redis_client.llen("animate.q1") == 1
     assert redis_client.exists("animfleet:job:q1.b") and not redis_client.exists(
         "animfleet:job:q1.c"
@@ -64,9 +64,10 @@ def test_a_bound_idempotency_key_returns_the_earlier_job(
         WorkerRegistry(redis_client, "q1").beat(f"gpu{index}", {}, ttl_s=30, busy=False)
     slot = [("animfleet:idem:key:k1", 60)]
     assert (
-        queue.admit(record("q1.d"), b"img", slot, '{"job_id": "q1.d"}').outcome == Outcome.ADMITTED
+        queue.admit(record("q1.d"), b"img", slot, '{"job_id": "q1.d"}').outcome
+        == AdmissionOutcome.ADMITTED
     )
     again = queue.admit(record("q1.e"), b"img", slot, '{"job_id": "q1.e"}')
-    assert again.outcome == Outcome.REPEAT and again.matched == 1
+    assert again.outcome == AdmissionOutcome.REPEAT and again.matched == 1
     assert json.loads(again.earlier or b"{}")["job_id"] == "q1.d"
     assert redis_client.llen("animate.q1") == 1

@@ -8,7 +8,7 @@ import pytest
 import redis
 
 from animfleet.jobs import JobParams, JobRecord, JobState
-from animfleet.region.admission import Outcome, seed
+from animfleet.region.admission import AdmissionOutcome, seed
 from animfleet.region.affinity import DirectQueues, Holdings
 from animfleet.region.jobstore import JobStore
 from animfleet.region.sweeper import Sweeper, SweepSettings
@@ -55,7 +55,9 @@ def test_admission_counts_a_batch_worker_as_one_slot_per_job_it_can_batch(
         queue.admit(JobRecord(id=f"hb.{n}", region="hb", home_region="hb", params=PARAMS), b"i")
         for n in range(5)
     ]
-    assert [o.outcome for o in outcomes] == [Outcome.ADMITTED] * 4 + [Outcome.FULL]
+    assert [o.outcome for o in outcomes] == [AdmissionOutcome.ADMITTED] * 4 + [
+        AdmissionOutcome.FULL
+    ]
     assert outcomes[3].live_workers == 4
 
 

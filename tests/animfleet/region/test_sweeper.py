@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from animfleet.jobs import JobOutput, JobParams, JobRecord, JobState
-from animfleet.region.admission import AdmissionScript, Outcome, seed
+from animfleet.region.admission import AdmissionOutcome, AdmissionScript, seed
 from animfleet.region.affinity import DirectQueues
 from animfleet.region.archive import RecordArchive
 from animfleet.region.backlog import Backlog
@@ -149,7 +149,9 @@ def test_backlog_jobs_of_a_region_without_workers_end_no_capacity_too(
         answer = admission.admit(
             job, b"x", mode="backlog", message="m", queue=region.queue, allowance=0.0
         )
-        assert answer.outcome == Outcome.BACKLOGGED  # no live worker: it waits in the backlog
+        assert (
+            answer.outcome == AdmissionOutcome.BACKLOGGED
+        )  # no live worker: it waits in the backlog
     sweeper = Sweeper(region, store, settings(orphan_after_s=1))
     now = time.time()
     assert sweeper.sweep(now).ended == {}  # the region has had no worker for under a second
