@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from animfleet.job_inputs import MASK, JobInputs
-from dispatcher.inputs import check_image
+from dispatcher.inputs import MAX_IMAGE_BYTES, check_image
 
 # Images whose check is remembered by their digest (a few hundred bytes each).
 RECENT_IMAGES = 4096
@@ -51,8 +51,8 @@ class ImageChecks:
 
     def check(self, image: bytes) -> CheckedImage:
         """Raises :class:`dispatcher.inputs.InvalidInput` as ``check_image`` does."""
-        if not isinstance(image, bytes | bytearray):
-            check_image(image)  # raises, naming the type
+        if not isinstance(image, bytes | bytearray) or not 0 < len(image) <= MAX_IMAGE_BYTES:
+            check_image(image)  # raises, naming the type or the size, before any hashing
         known = CheckedImage.known(image, 0, 0)
         with self._lock:
             size = self._sizes.get(known.sha256)
