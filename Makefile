@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv lock browser test-sdk test-sdk-ts generate-sdk-ts fuzz-api demo test test-unit test-e2e test-faults loadtest lint typecheck clean bench \
+.PHONY: venv lock docs browser test-sdk test-sdk-ts generate-sdk-ts fuzz-api demo test test-unit test-e2e test-faults loadtest lint typecheck clean bench \
 	bench-model bench-overhead bench-gateway bench-dispatch simulate sim-templates bench-scale \
 	tune-model compile-model bench-boot bench-versions eval-served
 
@@ -49,6 +49,10 @@ demo: venv
 
 test: venv browser
 	$(PY) -m pytest
+
+# The documentation site (docs/, mkdocs.yml) into out/site; strict, so a broken link fails.
+docs: venv
+	$(VENV)/bin/mkdocs build
 
 # The playground's browser test drives Debian's Chromium and its driver: installed once, as
 # root, when missing (elsewhere the test skips and says why).
