@@ -14,6 +14,7 @@ from kombu.exceptions import OperationalError
 from starlette.exceptions import HTTPException
 
 from animfleet.region.jobstore import IdempotencyConflict, JobNotFound
+from animfleet_api.fields import shown
 from dispatcher.admission import BacklogFull
 from dispatcher.client import EnqueueFailed
 from dispatcher.errors import DispatcherError
@@ -99,9 +100,7 @@ def _validation_error(_: Request, error: Exception) -> JSONResponse:
     field = ".".join(
         location[1:] if location[:1] in (["header"], ["path"], ["query"]) else location
     )
-    shown = repr(first.get("input"))
-    shown = shown if len(shown) <= 80 else shown[:77] + "..."
-    message = f"{field or 'body'}: {first.get('msg', 'invalid')} (got {shown})"
+    message = f"{field or 'body'}: {first.get('msg', 'invalid')} (got {shown(first.get('input'))})"
     return error_response(ApiError(422, "invalid_input", message, field or "body"))
 
 
