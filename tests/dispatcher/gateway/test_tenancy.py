@@ -240,8 +240,8 @@ def test_a_body_past_the_cap_is_refused_before_it_is_read(gateway: str, db: redi
 
 
 def test_the_sdk_models_match_the_openapi_document(gateway: str) -> None:
-    from animfleet.sdk import Job, JobPage
-    from animfleet.sdk.models import BatchResult, Output
+    from animfleet_sdk import Job, JobPage
+    from animfleet_sdk.models import BatchResult, Output
 
     schemas = httpx.get(f"{gateway}/openapi.json").json()["components"]["schemas"]
     models: list[tuple[type[BaseModel], str]] = [
@@ -255,7 +255,7 @@ def test_the_sdk_models_match_the_openapi_document(gateway: str) -> None:
 
 
 def test_the_sdk_lists_streams_and_reports_errors(gateway: str, db: redis.Redis) -> None:
-    from animfleet.sdk import Animfleet, RequestRefused
+    from animfleet_sdk import Animfleet, RequestRefused
 
     key = Tenants(db).create_key("sdk").key
     jobs = [_job(db, "sdk") for _ in range(3)]
@@ -275,7 +275,7 @@ def test_the_sdk_lists_streams_and_reports_errors(gateway: str, db: redis.Redis)
 
 
 def test_the_sdk_waits_out_retry_after(gateway: str, db: redis.Redis) -> None:
-    from animfleet.sdk import Animfleet
+    from animfleet_sdk import Animfleet
 
     tenants = Tenants(db)
     key = tenants.create_key("paced").key

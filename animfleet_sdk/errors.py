@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from animfleet.errors import AnimfleetError, PermanentError, TransientError
 
-
-class ApiError(AnimfleetError):
+class ApiError(Exception):
     def __init__(
         self,
         status: int,
@@ -19,13 +17,13 @@ class ApiError(AnimfleetError):
         self.field, self.retry_after_s = field, retry_after_s
 
 
-class RequestRefused(ApiError, PermanentError):
+class RequestRefused(ApiError):
     """4xx but 429: fix the request, the key or the job id first."""
 
 
-class TryLater(ApiError, TransientError):
-    """429 or 503 after the SDK's own retries ran out."""
+class TryLater(ApiError):
+    """429 or 503 after the SDK's own retries ran out: worth retrying later."""
 
 
-class WaitTimeout(AnimfleetError, TimeoutError):
+class WaitTimeout(TimeoutError):
     """The job was not terminal in the time given."""

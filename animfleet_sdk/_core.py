@@ -13,8 +13,8 @@ from typing import Any
 
 import httpx
 
-from animfleet.sdk.errors import ApiError, RequestRefused, TryLater
-from animfleet.sdk.models import Event
+from animfleet_sdk.errors import ApiError, RequestRefused, TryLater
+from animfleet_sdk.models import Event
 
 RETRY_STATUSES = frozenset({429, 503})
 DEFAULT_RETRY_S = 1.0
