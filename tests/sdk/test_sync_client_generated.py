@@ -20,12 +20,12 @@ def test_the_generator_rewrites_async_constructs() -> None:
     source = (
         '"""Async."""\n\nimport asyncio\nimport time\n\n\nclass AsyncAnimfleet:\n'
         "    async def run(self) -> None:\n        async with self.http.stream() as r:\n"
-        "            async for line in r.aiter_lines():\n                await asyncio.sleep(1)\n"
+        "            async for line in r.aiter_lines():\n                await asyncio.sleep(len(line))\n"
     )
     generated = generate(source)
     assert "class Animfleet:" in generated and "    def run(self) -> None:" in generated
     assert "with self.http.stream() as r:" in generated
-    assert "for line in r.iter_lines():" in generated and "time.sleep(1)" in generated
+    assert "for line in r.iter_lines():" in generated and "time.sleep(len(line))" in generated
     assert "async" not in generated.replace("_async_client", "") and "asyncio" not in generated
 
 
