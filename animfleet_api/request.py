@@ -45,7 +45,7 @@ class AddonRequest(BaseModel):
     """One add-on of a request: its name, strength and, for an image-conditioned add-on, its
     control image (given like the job's image)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     name: AddonName = Field(description="an add-on the region serves")
     scale: Scale = Field(default=1.0, description="its strength")
@@ -61,7 +61,7 @@ class RegionRequest(BaseModel):
     amplitude); see the README's motion brush section. The dispatcher checks the rest (a
     stroke the kind needs, points inside the frame)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     mask: ImageField = Field(
         description="PNG of the image's size or aspect ratio, white = the region, sent like "
@@ -87,7 +87,7 @@ class JobRequest(BaseModel):
 
     # A field left out (None) takes the default the document shows.
 
-    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     image: ImageField = Field(
         description="an http(s) URL, a base64 data URI (data:image/png;base64,...) or the key "
@@ -178,6 +178,6 @@ class BatchItem(JobRequest):
 
 
 class BatchRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     jobs: list[BatchItem] = Field(min_length=1, max_length=b.MAX_BATCH_JOBS)

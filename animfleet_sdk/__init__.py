@@ -6,11 +6,28 @@ generated from the async one. The in-cluster path, ``dispatcher.Client`` (the ``
 talks to the regions' Redis directly instead.
 """
 
-from animfleet_api.request import AddonRequest, BatchItem, JobRequest, RegionRequest
+from typing import TYPE_CHECKING, Any
+
 from animfleet_sdk._async_client import AsyncAnimfleet
 from animfleet_sdk._sync_client import Animfleet
 from animfleet_sdk.errors import ApiError, RequestRefused, TryLater, WaitTimeout
 from animfleet_sdk.models import BatchResult, Event, Job, JobPage
+
+if TYPE_CHECKING:
+    from animfleet_api.request import AddonRequest, BatchItem, JobRequest, RegionRequest
+
+# The request types are built when first named, not on import: a client that never validates a
+# body locally does not pay for their schemas.
+_REQUEST_TYPES = frozenset({"AddonRequest", "BatchItem", "JobRequest", "RegionRequest"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _REQUEST_TYPES:
+        from animfleet_api import request
+
+        return getattr(request, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "AddonRequest",
