@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
+from animfleet_api.errors import ApiProblem
 
-class ApiError(Exception):
-    def __init__(
-        self,
-        status: int,
-        code: str,
-        message: str,
-        field: str | None = None,
-        retry_after_s: float | None = None,
-    ) -> None:
-        super().__init__(f"{status} {code}: {message}")
-        self.status, self.code, self.message = status, code, message
-        self.field, self.retry_after_s = field, retry_after_s
+
+class ApiError(ApiProblem):
+    def __str__(self) -> str:
+        return f"{self.status} {self.code}: {self.message}"
 
 
 class RequestRefused(ApiError):

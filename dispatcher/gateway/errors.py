@@ -14,6 +14,7 @@ from kombu.exceptions import OperationalError
 from starlette.exceptions import HTTPException
 
 from animfleet.region.jobstore import IdempotencyConflict, JobNotFound
+from animfleet_api.errors import ApiProblem
 from animfleet_api.fields import shown
 from dispatcher.admission import BacklogFull
 from dispatcher.client import EnqueueFailed
@@ -26,20 +27,8 @@ log = structlog.stdlib.get_logger("animfleet.gateway")
 BROKER_RETRY_AFTER_S = 5
 
 
-class ApiError(DispatcherError):
+class ApiError(ApiProblem, DispatcherError):
     """An error with its HTTP status; raised by routes, rendered by :func:`install`."""
-
-    def __init__(
-        self,
-        status: int,
-        code: str,
-        message: str,
-        field: str | None = None,
-        retry_after_s: float | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
-        self.field, self.retry_after_s = field, retry_after_s
 
 
 def error_response(error: ApiError) -> JSONResponse:
