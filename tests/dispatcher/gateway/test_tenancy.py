@@ -30,6 +30,7 @@ from animfleet.region.jobstore import JobStore
 from animfleet.region.listing import Listing
 from animfleet.region.tenants import Limits, Tenants
 from animfleet.topology import Topology
+from animfleet_api.bounds import MAX_PROMPT_CHARS
 from dispatcher import Client
 from dispatcher.admission import AdmissionSettings
 from dispatcher.gateway import GatewaySettings
@@ -101,7 +102,8 @@ def test_keys_are_required_checked_revocable_and_rate_limited(
     assert key not in bad.text
     assert httpx.get(f"{gateway}/v1/jobs", headers=_auth(key)).status_code == 200
     assert httpx.get(f"{gateway}/healthz").status_code == 200
-    assert httpx.get(f"{gateway}/").status_code == 200  # the playground page
+    page = httpx.get(f"{gateway}/")  # the playground page, its prompt bounded as the API's
+    assert page.status_code == 200 and f'maxlength="{MAX_PROMPT_CHARS}"' in page.text
     schema = httpx.get(f"{gateway}/openapi.json").json()
     assert schema["components"]["securitySchemes"]["ApiKey"]["scheme"] == "bearer"
 
