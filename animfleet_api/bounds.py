@@ -56,3 +56,5 @@ MAX_PRIORITY, DEFAULT_PRIORITY = 9, 5
 
 MAX_IDEMPOTENCY_KEY_CHARS = 255
 MAX_BATCH_JOBS = 500
+# The longest ``Prefer: wait=N`` a submit or a read waits for its job to end, in seconds.
+MAX_PREFER_WAIT_S = 60

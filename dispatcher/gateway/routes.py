@@ -13,7 +13,7 @@ from animfleet.jobs import JobRecord, public_job_id
 from animfleet.jobview import JobView, job_view
 from animfleet.region.jobstore import IdempotencyConflict
 from animfleet.region.status import RegionStatus
-from animfleet_api.bounds import MAX_IDEMPOTENCY_KEY_CHARS
+from animfleet_api.bounds import MAX_IDEMPOTENCY_KEY_CHARS, MAX_PREFER_WAIT_S
 from animfleet_api.request import BatchRequest, JobRequest
 from dispatcher.client import JobHandle
 from dispatcher.gateway import scoping
@@ -43,7 +43,10 @@ ERRORS: dict[int | str, dict[str, object]] = {
 
 router = APIRouter(prefix="/v1", responses=ERRORS)
 PreferHeader = Annotated[
-    str | None, Header(description="wait=N: answer when the job is terminal or after N <= 60 s")
+    str | None,
+    Header(
+        description=f"wait=N: answer when the job is terminal or after N <= {MAX_PREFER_WAIT_S} s"
+    ),
 ]
 IdempotencyHeader = Annotated[
     str | None, Header(alias="Idempotency-Key", max_length=MAX_IDEMPOTENCY_KEY_CHARS)
