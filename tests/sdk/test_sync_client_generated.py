@@ -20,7 +20,8 @@ def test_the_generator_rewrites_async_constructs() -> None:
     source = (
         '"""Async."""\n\nimport asyncio\nimport time\n\n\nclass AsyncAnimfleet:\n'
         "    async def run(self) -> None:\n        async with self.http.stream() as r:\n"
-        "            async for line in r.aiter_lines():\n                await asyncio.sleep(len(line))\n"
+        "            async for line in r.aiter_lines():\n"
+        "                await asyncio.sleep(len(line))\n"
     )
     generated = generate(source)
     assert "class Animfleet:" in generated and "    def run(self) -> None:" in generated
