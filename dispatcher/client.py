@@ -23,6 +23,7 @@ from animfleet.region.jobstore import JobStore
 from animfleet.region.listing import Listing
 from animfleet.region.tenants import Tenants
 from animfleet.topology import Topology
+from animfleet_api.bounds import MAX_IDEMPOTENCY_KEY_CHARS as MAX_KEY_CHARS
 from dispatcher import batch, metrics, records
 from dispatcher.addons import AddonChecker, take_images
 from dispatcher.admission import (
@@ -45,8 +46,6 @@ from dispatcher.lookup import STORED_CLIENT_JOB_ID, JobLookup, RegionLink
 from dispatcher.mask_input import check_mask, check_mask_addons
 from dispatcher.prepared import ImageChecks, PreparedInputs
 from dispatcher.versions import WORKER_MODEL, Choice, VersionChooser
-
-MAX_KEY_CHARS = 255  # Idempotency-Key
 
 log = structlog.stdlib.get_logger("animfleet.dispatcher")
 
