@@ -65,14 +65,22 @@ def _png(width: int = 64, height: int = 64, seed: int = 0, fmt: str = "PNG") -> 
 
 
 @pytest.fixture
-def one_region(servers: LocalFleet, tmp_path: Path) -> Topology:
-    """A topology of one region ``one`` on the private Redis's database 15 (``redis_client``'s),
-    its storage a directory."""
-    region = {
-        "broker_url": f"redis://127.0.0.1:{servers.redis_port}/15",
-        "storage": {"backend": "local", "root": str(tmp_path)},
-    }
-    return Topology.from_mapping({"regions": {"one": region}}, env={})
+def regions_on_redis(servers: LocalFleet, tmp_path: Path) -> Callable[..., Topology]:
+    """``regions_on_redis("one", "two")``: a topology of those regions on the private Redis,
+    the first on database 15 (``redis_client``'s), the next on 14 and so on, each storing to a
+    directory of its own."""
+
+    def build(*names: str) -> Topology:
+        regions = {
+            name: {
+                "broker_url": f"redis://127.0.0.1:{servers.redis_port}/{15 - index}",
+                "storage": {"backend": "local", "root": str(tmp_path / name)},
+            }
+            for index, name in enumerate(names)
+        }
+        return Topology.from_mapping({"regions": regions}, env={})
+
+    return build
 
 
 @pytest.fixture

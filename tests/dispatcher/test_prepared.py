@@ -21,11 +21,18 @@ from dispatcher.inputs import InvalidInput, parse_request
 from dispatcher.prepared import CheckedImage, ImageChecks, PreparedInputs
 from dispatcher.records import fingerprint
 
+SETTINGS = AdmissionSettings(retry_budget_s=0.0, max_attempts=1)
+
 
 @pytest.fixture
-def client(one_region: Topology, redis_client: redis.Redis) -> Iterator[Client]:
-    found = Client(one_region, admission=AdmissionSettings(retry_budget_s=0.0, max_attempts=1))
+def client(
+    regions_on_redis: Callable[..., Topology], redis_client: redis.Redis
+) -> Iterator[Client]:
+    found = Client(regions_on_redis("one", "two"), admission=SETTINGS)
+    abroad = found.store("two").redis
+    abroad.flushdb()
     yield found
+    abroad.flushdb()
     found.close()
 
 
@@ -104,3 +111,22 @@ def test_image_checks_refuse_what_check_image_refuses_and_forget_the_oldest(
 
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def test_a_job_admitted_abroad_is_listed_at_home(
+    client: Client, redis_client: redis.Redis, make_image: Callable[..., bytes]
+) -> None:
+    """The admission script lists a job under its tenant only in its own region's Redis: a job
+    taken in by another region is listed in its home region's afterwards."""
+    abroad = client.store("two").redis
+    WorkerRegistry(abroad, "two").beat("gpu0", {}, ttl_s=60, busy=False)
+    image = make_image(seed=4)
+    request = parse_request(prompt="sway", width=64, height=64, tenant="t")
+    inputs = PreparedInputs.of(image, ImageChecks().check(image))
+    print_ = fingerprint(inputs, request, "one")
+    handle = client._admit("two", "one", request, inputs, None, "k2", print_)
+    assert handle is not None and handle.region == "two" and handle.record is not None
+    assert abroad.zscore(TENANT_JOBS + "t", handle.id) is None
+    created = handle.record.created_at
+    assert redis_client.zscore(TENANT_JOBS + "t", handle.id) == created
+    assert redis_client.zscore(TENANT_IN_FLIGHT + "t", handle.id) == created
