@@ -39,8 +39,8 @@ import dispatcher.client
 import dispatcher.records
 from animfleet import logs
 from dispatcher import Client
-from tools.cli import EXAMPLE_IMAGE
-from tools.localfleet import LocalFleet
+from launcher.local_fleet import LocalFleet
+from tools import EXAMPLE_IMAGE
 from workers.heartbeat import Heartbeat
 
 MIN_RATIO = 0.9  # dispatcher throughput / raw apply_async throughput

@@ -14,7 +14,7 @@ import pytest
 import redis
 from PIL import Image
 
-from tools.localfleet import LocalFleet
+from launcher.local_fleet import LocalFleet
 
 # Tests serve models nobody profiled (tiny and random ones, the shipped ones on another CPU
 # kind): their workers serve the safe choice instead of measuring at boot, unless a test asks

@@ -25,7 +25,7 @@ from animfleet.region.jobstore import ADMITTED, JobStore
 from animfleet.region.workers import WorkerRegistry
 from animfleet.topology import Region
 from dispatcher.enqueue import RegionQueue
-from tools.localfleet import LocalFleet
+from launcher.local_fleet import LocalFleet
 
 DB = 12
 IMAGE, OTHER = b"image one", b"image two"

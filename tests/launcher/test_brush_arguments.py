@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from animfleet_sdk import _core
+from launcher.brush_arguments import parse_stroke, regions_from_args
+from launcher.command_errors import CliError
 from tools import cli
-from tools.brush_cli import parse_stroke, regions_from_args
-from tools.cli_errors import CliError
 
 
 def _args(*argv: str) -> object:

