@@ -50,6 +50,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         raise CliError(f"image not found: {args.image}", EX_USAGE) from None
     except OSError as error:
         raise CliError(f"cannot read image {args.image}: {error.strerror}", EX_USAGE) from None
+    from dispatcher.tenancy import Tenancy
+
     with _client(topology) as client:
         job = client.submit(
             image,
@@ -61,6 +63,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
             **({"tenant": args.tenant} if args.tenant else {}),
             **brush_options(args),
         )
+        # Listed under its tenant, as a job submitted through the gateway is.
+        Tenancy(client, topology.names[0]).index(client.get(job.id))
         print(job.id, flush=True)
         if args.wait:
             print(client.wait(job.id, args.wait).model_dump_json(indent=2))

@@ -129,10 +129,11 @@ class LocalFleet:
 
     def stop(self, grace_s: float = 15.0) -> None:
         """Stop the clients (workers, gateways, senders, ...) together, then the servers they
-        use; SIGKILL what is still running ``grace_s`` after each SIGTERM."""
+        use; SIGKILL what is still running ``grace_s`` after its SIGTERM (a server: 1 s, as
+        Redis flushes in milliseconds and SeaweedFS never finishes a graceful stop)."""
         clients = [name for name in reversed(list(self.processes)) if name not in SERVERS]
         self._stop_together(clients, grace_s)
-        self._stop_together([name for name in SERVERS if name in self.processes], grace_s)
+        self._stop_together([name for name in SERVERS if name in self.processes], 1.0)
         if self._watchdog is not None and self._watchdog.stdin is not None:
             self._watchdog.stdin.close()  # nothing left for it to stop: it exits
             self._watchdog.wait()
