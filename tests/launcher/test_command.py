@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -167,12 +168,24 @@ class _FakeClient:
         return self._answer()
 
 
+class _FakeTenancy:
+    """Stands in for ``dispatcher.tenancy.Tenancy``: submit lists its job under the tenant."""
+
+    def __init__(self, client: _FakeClient, region: str) -> None:
+        pass
+
+    def index(self, record: object) -> None:
+        pass
+
+
 @pytest.fixture
 def fake_client(monkeypatch: pytest.MonkeyPatch) -> type[_FakeClient]:
     import dispatcher
+    import dispatcher.tenancy
 
     monkeypatch.delenv("ANIMFLEET_FLEET_FILE", raising=False)
     monkeypatch.setattr(dispatcher, "Client", _FakeClient)
+    monkeypatch.setattr(dispatcher.tenancy, "Tenancy", _FakeTenancy)
     monkeypatch.setattr(_FakeClient, "outcome", None)
     return _FakeClient
 
@@ -264,3 +277,39 @@ def test_submit_leaves_the_size_to_the_api_unless_given(
     assert command.main(["submit", str(EXAMPLE_IMAGE), "pan", "--size", "128"]) == 0
     assert "width" not in sent[0] and "height" not in sent[0]
     assert (sent[1]["width"], sent[1]["height"]) == (128, 128)
+
+
+def _procfile_commands() -> list[list[str]]:
+    """The Procfile's command lines, its variables given values; and what the Terraform
+    services instances run besides (``deploy apply``)."""
+    found = [["deploy", "apply", "--region", "local", "deployments.json"]]
+    for line in (ROOT / "Procfile").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            command = line.partition(":")[2].replace("${REGION}", "local")
+            argv = shlex.split(command.replace("${PORT:-8000}", "8000"))
+            assert argv[0] == "animfleet", line
+            found.append(argv[1:])
+    return found
+
+
+def test_the_fleets_processes_parse_without_loading_tools() -> None:
+    probe = (
+        "import json, sys\n"
+        "from launcher.command import parser_for\n"
+        "for argv in json.loads(sys.argv[1]):\n"
+        "    parser_for(argv).parse_args(argv)\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    commands = _procfile_commands()
+    assert {argv[0] for argv in commands} >= {"worker", "web", "webhooks", "router", "sweeper"}
+    result = subprocess.run(
+        [sys.executable, "-c", probe, json.dumps(commands)],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    loaded = json.loads(result.stdout)
+    assert not [m for m in loaded if m == "tools" or m.startswith("tools.")]
