@@ -237,30 +237,26 @@ def test_unexpected_errors_keep_their_traceback(fake_client: type[_FakeClient]) 
         command.main(["get", "local.0123abcd"])
 
 
-def test_a_bad_setting_is_one_line_naming_the_variable_and_value() -> None:
+@pytest.mark.parametrize(
+    ("process", "variable", "value"),
+    [
+        ("worker", "ANIMFLEET_WORKER_SOFT_TIME_LIMIT_S", "nine"),
+        ("sweeper", "ANIMFLEET_SWEEPER_ORPHAN_AFTER_S", "-1"),  # before it touches Redis
+    ],
+)
+def test_a_bad_setting_is_one_line_naming_the_variable_and_value(
+    process: str, variable: str, value: str
+) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "launcher", "worker", "--region", "local"],
+        [sys.executable, "-m", "launcher", process, "--region", "local"],
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, "ANIMFLEET_WORKER_SOFT_TIME_LIMIT_S": "nine"},
+        env={**os.environ, variable: value},
     )
     assert result.returncode == 78
     (line,) = result.stderr.strip().splitlines()
-    assert "ANIMFLEET_WORKER_SOFT_TIME_LIMIT_S='nine'" in line
-
-
-def test_a_bad_sweeper_setting_stops_it_before_it_touches_redis() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "launcher", "sweeper", "--region", "local"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "ANIMFLEET_SWEEPER_ORPHAN_AFTER_S": "-1"},
-    )
-    assert result.returncode == 78
-    (line,) = result.stderr.strip().splitlines()
-    assert "ANIMFLEET_SWEEPER_ORPHAN_AFTER_S='-1'" in line
+    assert f"{variable}={value!r}" in line
 
 
 def test_submit_leaves_the_size_to_the_api_unless_given(
