@@ -114,7 +114,9 @@ def add_local_commands(sub: Any) -> None:
         "--port", type=int, help="the first region's API port; the next regions' follow it"
     )
     up.add_argument("--redis-port", type=int, help="Redis's port (default: a free one)")
-    up.add_argument("--s3-port", type=int, help="the S3 server's port (default: a free one)")
+    up.add_argument(
+        "--s3-port", type=int, help="the S3 server's port, and port + 10000 (default: free ones)"
+    )
     up.add_argument("--tenant", default="default", help="the tenant of the printed API key")
     up.add_argument(
         "--no-api", action="store_true", help="no HTTP gateway and webhook sender per region"
