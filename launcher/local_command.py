@@ -13,6 +13,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from launcher.command_errors import EX_USAGE, CliError
+
 STOP_GRACE_S = 2.0  # per phase (clients, then servers): Ctrl-C is done within ~5 s
 
 
@@ -26,8 +28,15 @@ def _say(text: str) -> None:
 
 def cmd_local_up(args: argparse.Namespace) -> int:
     from launcher.local_fleet import LocalFleet
+    from launcher.local_servers import port_free
 
     regions = tuple(args.region or ("local-a", "local-b"))
+    api_ports = {region: args.port + index for index, region in enumerate(regions)}
+    fixed = [("--port", port) for port in api_ports.values()]
+    fixed += [("--redis-port", args.redis_port), ("--s3-port", args.s3_port)]
+    for option, port in fixed:
+        if port and not port_free(port):
+            raise CliError(f"{option} {port}: 127.0.0.1:{port} is in use; give another", EX_USAGE)
     fleet = LocalFleet(
         Path(args.root),
         regions=regions,
@@ -40,9 +49,7 @@ def cmd_local_up(args: argparse.Namespace) -> int:
         # Receivers on this machine (127.0.0.1) are the point of a local fleet; production
         # refuses them, as every private address, unless told otherwise.
         service_env={"ANIMFLEET_NETGUARD_ALLOW_LOOPBACK": "1"},
-        gateway_ports=(
-            {region: args.port + index for index, region in enumerate(regions)} if args.port else {}
-        ),
+        gateway_ports=api_ports,
         redis_port=args.redis_port or 0,
         s3_port=args.s3_port or 0,
     )
@@ -111,7 +118,7 @@ def add_local_commands(sub: Any) -> None:
     )
     up.add_argument("--model", help="the workers' model directory (default: the shipped model)")
     up.add_argument(
-        "--port", type=int, help="the first region's API port; the next regions' follow it"
+        "--port", type=int, default=8000, help="the first region's API port; the next follow it"
     )
     up.add_argument("--redis-port", type=int, help="Redis's port (default: a free one)")
     up.add_argument(

@@ -30,7 +30,8 @@ def signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
         os.killpg(process.pid, signum)
 
 
-def _port_free(port: int) -> bool:
+def port_free(port: int) -> bool:
+    """Whether nothing listens on 127.0.0.1:``port`` (nor holds it)."""
     with socket.socket() as sock:
         try:
             sock.bind(("127.0.0.1", port))
@@ -48,7 +49,7 @@ def free_port(with_grpc_offset: bool = False) -> int:
         port = random.randint(15000, 25000)
         if port in _HANDED_OUT or (with_grpc_offset and port + 10000 in _HANDED_OUT):
             continue
-        if _port_free(port) and (not with_grpc_offset or _port_free(port + 10000)):
+        if port_free(port) and (not with_grpc_offset or port_free(port + 10000)):
             _HANDED_OUT.update({port, port + 10000} if with_grpc_offset else {port})
             return port
     raise RuntimeError("no free port found")

@@ -10,6 +10,7 @@ import queue
 import re
 import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -50,6 +51,8 @@ def local_up(tmp_path: Path) -> Iterator[Callable[..., Started]]:
     readers: list[threading.Thread] = []
 
     def start(*options: str) -> Started:
+        if "--port" not in options:  # never 8000: other fleets may run beside this one
+            options = (*options, "--port", str(free_port()))
         argv = [sys.executable, "-m", "launcher", "local", "up", "--root", str(tmp_path / "run")]
         process = subprocess.Popen(
             [*argv, "--storage", "local", "--region", "one", "--model", "standin:0.2", *options],
@@ -212,3 +215,25 @@ def test_a_local_fleet_dies_with_the_process_that_started_it(
     fleet.process.wait()
     left = _wait_all_gone(children, 15.0)
     assert not left, {pid: Path(f"/proc/{pid}/cmdline").read_text() for pid in left}
+
+
+def test_a_port_in_use_is_one_line_naming_the_option(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        up = [sys.executable, "-m", "launcher", "local", "up", "--root", str(tmp_path)]
+        for option in ("--port", "--redis-port"):
+            free = [] if option == "--port" else ["--port", str(free_port())]
+            result = subprocess.run(
+                [*up, *free, option, str(port)],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert result.returncode == 2
+            (line,) = result.stderr.strip().splitlines()
+            assert line == (
+                f"animfleet: error: {option} {port}: 127.0.0.1:{port} is in use; give another"
+            )
