@@ -110,7 +110,7 @@ def _add_offline_commands(sub: Any) -> None:
     try:
         add_offline = getattr(importlib.import_module(module), function)
     except ModuleNotFoundError as error:
-        if error.name is None or not module.startswith(error.name):
+        if error.name is None or not (module + ".").startswith(error.name + "."):
             raise  # tools is there but misses a module: a bug, not a slim install
         return
     add_offline(sub)
