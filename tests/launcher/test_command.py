@@ -309,3 +309,19 @@ def test_the_fleets_processes_parse_without_loading_tools() -> None:
     assert result.returncode == 0, result.stderr
     loaded = json.loads(result.stdout)
     assert not [m for m in loaded if m == "tools" or m.startswith("tools.")]
+
+
+def test_without_tools_the_launchers_own_commands_remain() -> None:
+    # An install without the offline tools: ``import tools`` fails as a missing module does.
+    probe = (
+        "import sys\n"
+        "sys.modules['tools'] = None\n"
+        "from launcher.command import build_parser\n"
+        "print(build_parser().format_help())\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, env=_env(), capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert "worker" in result.stdout and "local" in result.stdout
+    assert "simulate" not in result.stdout and "train" not in result.stdout
