@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed-stamp
 
 TORCH := torch==2.13.0
 LOCK := requirements.lock
-LINT_PATHS := animfleet_api animfleet_sdk animfleet dispatcher workers storage tools tests benchmarks
+LINT_PATHS := animfleet_api animfleet_sdk animfleet dispatcher workers storage launcher tools tests benchmarks
 
 # torch first and pinned: the CPU build on local disk. Installing it after other packages could
 # let a resolver pull a multi-GB CUDA build; the lock's torch==2.13.0 then finds it satisfied.
@@ -45,7 +45,7 @@ lock:
 	rm -rf $(LOCK_VENV)
 
 demo: venv
-	$(PY) -m tools.cli demo --brush --frames 16
+	$(PY) -m launcher demo --brush --frames 16
 
 test: venv browser
 	$(PY) -m pytest
@@ -116,7 +116,7 @@ bench-dispatch: venv
 
 # The seeds' spike: routing policies x naive retries vs backoff, tables and PNGs in out/sim.
 simulate: venv
-	$(PY) -m tools.cli simulate spike --out out/sim
+	$(PY) -m launcher simulate spike --out out/sim
 
 # Cache-aware placement on a trace with repeated images: compute-only vs compute + cache
 # balancing vs the fleet's idle-holder rule; table and out/sim-templates/templates.png.
@@ -125,7 +125,7 @@ sim-templates: venv
 
 # One simulated day of 100 million requests over 20 regions.
 bench-scale: venv
-	$(PY) -m tools.cli simulate scale --out out/sim
+	$(PY) -m launcher simulate scale --out out/sim
 
 # Gateway overhead per submit (POST /v1/jobs -> 202) against Client.submit: p50 and p99.
 bench-gateway: venv
@@ -148,10 +148,10 @@ bench-model: venv
 SERVED_MODEL ?= animfleet-small-distilled
 SERVED_BUCKETS ?= 8x64x64,8x32x32
 tune-model: venv
-	$(PY) -m tools.cli model tune --model $(SERVED_MODEL) --buckets 8x64x64
+	$(PY) -m launcher model tune --model $(SERVED_MODEL) --buckets 8x64x64
 
 compile-model: venv
-	$(PY) -m tools.cli model compile --model $(SERVED_MODEL) --buckets $(SERVED_BUCKETS)
+	$(PY) -m launcher model compile --model $(SERVED_MODEL) --buckets $(SERVED_BUCKETS)
 
 # Worker boot to first job: AOT artifact vs torch.compile at boot (cold cache) vs eager.
 bench-boot: venv
@@ -191,7 +191,7 @@ bench-mask: venv
 # an unbrushed one through the served student, interleaved; both print PASS/FAIL on the bar.
 .PHONY: eval-brush bench-brush
 eval-brush: venv
-	ANIMFLEET_TORCH_THREADS=1 $(PY) -m tools.cli eval --brush \
+	ANIMFLEET_TORCH_THREADS=1 $(PY) -m launcher eval --brush \
 		--model models/animfleet-small-distilled --out out/eval-brush
 
 bench-brush: venv
@@ -204,13 +204,13 @@ bench-brush: venv
 # The fill of entering strips and opened holes against real surroundings, with PASS/FAIL.
 .PHONY: train-fill eval-photos eval-fill bench-fullres
 eval-fill: venv
-	ANIMFLEET_TORCH_THREADS=1 $(PY) -m tools.cli eval --fill --out out/fill
+	ANIMFLEET_TORCH_THREADS=1 $(PY) -m launcher eval --fill --out out/fill
 
 train-fill: venv
-	ANIMFLEET_TORCH_THREADS=1 $(PY) -m tools.cli train-fill --run-dir run/fill
+	ANIMFLEET_TORCH_THREADS=1 $(PY) -m launcher train-fill --run-dir run/fill
 
 eval-photos: venv
-	ANIMFLEET_TORCH_THREADS=1 $(PY) -m tools.cli eval --photos \
+	ANIMFLEET_TORCH_THREADS=1 $(PY) -m launcher eval --photos \
 		--model models/animfleet-small-distilled --out out/photos
 
 bench-fullres: venv
@@ -239,22 +239,22 @@ TRAIN_THREADS ?= 1
 TRAIN_ENV := MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=68719476736 \
 	ANIMFLEET_TORCH_THREADS=$(TRAIN_THREADS)
 train: venv
-	$(TRAIN_ENV) $(PY) -m tools.cli train --run run/train/small --steps 5250 \
+	$(TRAIN_ENV) $(PY) -m launcher train --run run/train/small --steps 5250 \
 		--decay-from 4000 --decay-steps 800 \
 		--export models/animfleet-small
 
 # The student of models/animfleet-small: teacher samples, then the student (resumable).
 distill: venv
-	$(TRAIN_ENV) $(PY) -m tools.cli distill --run run/distill/small \
+	$(TRAIN_ENV) $(PY) -m launcher distill --run run/distill/small \
 		--export models/animfleet-small-distilled
 
 # Teacher 32x3 / 15x3 / 8x3 against student 8x1 / 4x1, in one run: out/distill/compare.md.
 eval-distill: venv
-	$(TRAIN_ENV) $(PY) -m tools.cli eval --model models/animfleet-small \
+	$(TRAIN_ENV) $(PY) -m launcher eval --model models/animfleet-small \
 		--student models/animfleet-small-distilled --out out/distill --card
 
 eval: venv
-	$(TRAIN_ENV) $(PY) -m tools.cli eval --model models/animfleet-small --out out/eval --card
+	$(TRAIN_ENV) $(PY) -m launcher eval --model models/animfleet-small --out out/eval --card
 
 # PCA slimming of the served student: per-layer widths keeping 70, 80 and 90% of each layer's
 # filter variance, and uniform widths at the same parameter counts (the control), each initialised
@@ -264,10 +264,10 @@ eval: venv
 .PHONY: slim eval-slim
 SLIM_SHARES ?= 0.7,0.8,0.9
 slim: venv
-	$(TRAIN_ENV) $(PY) -m tools.cli slim train --run run/slim --shares $(SLIM_SHARES)
+	$(TRAIN_ENV) $(PY) -m launcher slim train --run run/slim --shares $(SLIM_SHARES)
 
 eval-slim: venv
-	$(TRAIN_ENV) $(PY) -m tools.cli slim eval --run run/slim --shares $(SLIM_SHARES) \
+	$(TRAIN_ENV) $(PY) -m launcher slim eval --run run/slim --shares $(SLIM_SHARES) \
 		--out out/slim --ship
 
 clean:

@@ -43,8 +43,8 @@ from animfleet import logs
 from animfleet.jobs import JobRecord, JobState
 from animfleet.models import shipped_model
 from dispatcher import Client
+from launcher.local_fleet import LocalFleet
 from storage import open_store
-from tools.localfleet import LocalFleet
 
 MODES = {"single": 1, "batched": 4}
 LOADS = (0.5, 0.9, 1.3)

@@ -46,8 +46,8 @@ import dispatcher.prepared
 import dispatcher.records
 from animfleet import logs
 from dispatcher import Client
-from tools.cli import EXAMPLE_IMAGE
-from tools.localfleet import LocalFleet
+from launcher.local_fleet import LocalFleet
+from tools import EXAMPLE_IMAGE
 from workers.heartbeat import Heartbeat
 
 RAW, SAME, FRESH = "raw apply_async", "submit, same image", "submit, new image"

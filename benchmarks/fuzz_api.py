@@ -20,7 +20,7 @@ from pathlib import Path
 import redis
 
 from animfleet.region.tenants import Tenants
-from tools.localfleet import LocalFleet
+from launcher.local_fleet import LocalFleet
 
 STANDIN = "tests.fixtures.standin:StandinAnimator"
 

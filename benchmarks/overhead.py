@@ -16,8 +16,8 @@ from tqdm import tqdm
 
 from animfleet import logs
 from dispatcher import Client
-from tools.cli import EXAMPLE_IMAGE
-from tools.localfleet import LocalFleet
+from launcher.local_fleet import LocalFleet
+from tools import EXAMPLE_IMAGE
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -31,7 +31,7 @@ from dispatcher import Client
 try:  # the layout before tools/ existed, to measure an older commit the same way
     from animfleet.localfleet import LocalFleet
 except ImportError:
-    from tools.localfleet import LocalFleet
+    from launcher.local_fleet import LocalFleet
 
 STANDIN = "tests.fixtures.standin:StandinAnimator"
 

@@ -15,7 +15,7 @@ import redis
 from PIL import Image
 
 from animfleet.topology import Topology
-from tools.localfleet import LocalFleet
+from launcher.local_fleet import LocalFleet
 
 # Tests serve models nobody profiled (tiny and random ones, the shipped ones on another CPU
 # kind): their workers serve the safe choice instead of measuring at boot, unless a test asks

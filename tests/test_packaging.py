@@ -17,7 +17,16 @@ from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-OURS = ("animfleet_api", "animfleet_sdk", "animfleet", "dispatcher", "workers", "storage", "tools")
+OURS = (
+    "animfleet_api",
+    "animfleet_sdk",
+    "animfleet",
+    "dispatcher",
+    "workers",
+    "storage",
+    "launcher",
+    "tools",
+)
 # What only workers, the gateway or the tools need; PIL does not pull numpy in on import.
 HEAVY = (
     "torch",
@@ -36,6 +45,7 @@ HEAVY = (
     "psutil",
     "workers",
     "storage",
+    "launcher",
     "tools",
 )
 

@@ -13,7 +13,7 @@ from PIL import Image, ImageDraw
 from tqdm import tqdm
 
 from animfleet import logs
-from tools.localfleet import LocalFleet
+from launcher.local_fleet import LocalFleet
 
 
 def decode_mp4(data: bytes) -> tuple[list[np.ndarray], float]:

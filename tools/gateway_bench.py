@@ -26,7 +26,7 @@ from PIL import Image
 from animfleet import logs
 from animfleet.region.workers import WorkerRegistry
 from dispatcher.client import Client
-from tools.localfleet import LocalFleet
+from launcher.local_fleet import LocalFleet
 
 REGION = "bench"
 

@@ -13,7 +13,8 @@ import argparse
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from tools.cli_errors import EX_USAGE, CliError, one_line
+from launcher.command_errors import EX_USAGE, CliError, one_line
+from launcher.fleet_args import regions_of
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -40,22 +41,6 @@ def add_registry_commands(model: Any) -> None:
 
 def _add_regions(parser: argparse.ArgumentParser, help: str) -> None:
     parser.add_argument("--region", action="append", help=help)
-
-
-def regions_of(args: argparse.Namespace, names: list[str] | None) -> list[Region]:
-    """The regions named (all when none), from ``--fleet`` or the default topology."""
-    from animfleet.topology import Topology
-
-    try:
-        topology = Topology.load(args.fleet)
-    except FileNotFoundError as error:
-        raise CliError(f"fleet file not found: {error.filename}", EX_USAGE) from None
-    except ValueError as error:
-        raise CliError(f"invalid fleet file: {one_line(error)}", EX_USAGE) from None
-    try:
-        return [topology.region(name) for name in names or topology.names]
-    except KeyError as error:  # names the region and the known ones
-        raise CliError(str(error.args[0]), EX_USAGE) from None
 
 
 def _registry(region: Region) -> ModelRegistry:

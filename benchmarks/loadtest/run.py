@@ -31,7 +31,7 @@ from animfleet.jobs import JobRecord, JobState, region_of
 from animfleet.region.jobstore import JobNotFound, JobStore
 from animfleet.region.keys import JOB_KEY
 from animfleet.region.status import read_region_status
-from tools.localfleet import LocalFleet
+from launcher.local_fleet import LocalFleet
 
 REGIONS = ("lt-a", "lt-b", "lt-c")
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")

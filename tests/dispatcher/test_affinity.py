@@ -26,7 +26,7 @@ from animfleet.region.jobstore import JobStore
 from animfleet.region.workers import WorkerRegistry
 from animfleet.topology import Region
 from dispatcher.admission import RegionQueue
-from tools.localfleet import LocalFleet
+from launcher.local_fleet import LocalFleet
 
 DB = 12
 IMAGE, OTHER = b"image one", b"image two"

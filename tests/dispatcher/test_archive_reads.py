@@ -10,8 +10,8 @@ from animfleet.region.admission import seed
 from animfleet.region.archive import RecordArchive
 from animfleet.region.jobstore import JobNotFound, JobStore
 from dispatcher import Client
+from launcher.local_fleet import LocalFleet
 from storage import open_store
-from tools.localfleet import LocalFleet
 
 PARAMS = JobParams(prompt="zoom in", frames=4, fps=8, width=32, height=32, seed=3)
 

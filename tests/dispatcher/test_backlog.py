@@ -18,7 +18,7 @@ from animfleet.topology import Region, Topology
 from dispatcher.admission import AdmissionSettings, RegionQueue
 from dispatcher.routing import RoutingTable
 from dispatcher.scheduler import RegionScheduler, SchedulerSettings, spill_slot
-from tools.localfleet import LocalFleet
+from launcher.local_fleet import LocalFleet
 
 PARAMS = JobParams(prompt="sway", frames=4, fps=8, width=32, height=32, seed=1)
 DBS = {"b1": 13, "b2": 14}

@@ -12,7 +12,7 @@ from animfleet.region.jobstore import JobStore
 from animfleet.region.workers import WorkerRegistry
 from animfleet.topology import Region
 from dispatcher.admission import RegionQueue
-from tools.localfleet import LocalFleet
+from launcher.local_fleet import LocalFleet
 
 PARAMS = JobParams(prompt="sway", frames=4, fps=8, width=32, height=32, seed=1)
 

@@ -15,7 +15,7 @@ from animfleet.region.workers import live_workers
 from animfleet.topology import Topology
 from dispatcher.router import Router, demand_by_home
 from dispatcher.routing import RegionLoad, RoutingTable
-from tools.localfleet import LocalFleet
+from launcher.local_fleet import LocalFleet
 from workers.heartbeat import Heartbeat
 
 DBS = {"near-a": 11, "near-b": 12, "far-c": 13}

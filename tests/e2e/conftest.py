@@ -17,7 +17,7 @@ import redis
 
 from animfleet.region.keys import JOB_KEY
 from dispatcher import Client
-from tools.localfleet import LocalFleet
+from launcher.local_fleet import LocalFleet
 
 
 @pytest.fixture(scope="package")

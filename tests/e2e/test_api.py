@@ -16,7 +16,7 @@ import redis
 
 from animfleet.region.keys import JOB_KEY
 from dispatcher import Client
-from tools.localfleet import LocalFleet
+from launcher.local_fleet import LocalFleet
 
 pytestmark = pytest.mark.e2e
 

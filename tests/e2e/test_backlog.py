@@ -32,8 +32,8 @@ from animfleet.region.keys import BACKLOG_WEIGHTS
 from animfleet.region.status import read_region_status
 from animfleet.region.tenants import Limits, Tenants
 from dispatcher.routing.cloudwatch import BacklogMetricsPublisher, RegionBacklog
+from launcher.local_fleet import LocalFleet
 from tests.fixtures.standin import ANIMATOR as STANDIN
-from tools.localfleet import LocalFleet
 
 REGION = "bk"
 WORKER = f"worker-{REGION}-0"

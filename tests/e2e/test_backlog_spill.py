@@ -19,8 +19,8 @@ from animfleet.jobs import JobState
 from animfleet.region.jobstore import JobStore
 from animfleet.region.keys import JOB_KEY
 from dispatcher import Client
+from launcher.local_fleet import LocalFleet
 from tests.fixtures.standin import ANIMATOR as STANDIN
-from tools.localfleet import LocalFleet
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ import redis
 
 from animfleet.jobs import JobState
 from dispatcher import Client
+from launcher.local_fleet import LocalFleet
 from storage import open_store
-from tools.localfleet import LocalFleet
 
 pytestmark = pytest.mark.e2e
 

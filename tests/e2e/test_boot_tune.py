@@ -9,9 +9,9 @@ import pytest
 
 from animfleet.jobs import JobState
 from dispatcher import Client
+from launcher.local_fleet import LocalFleet
 from storage import open_store
 from tests.workers.model.tiny import tiny_student
-from tools.localfleet import LocalFleet
 from workers.model.boot_tune import shared_key
 from workers.model.profile import DeviceProfile
 

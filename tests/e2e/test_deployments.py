@@ -18,11 +18,11 @@ from animfleet.jobs import JobState
 from animfleet.region.deployments import Deployments
 from animfleet.region.jobstore import JobStore
 from dispatcher import Client
+from launcher.command import main
+from launcher.local_fleet import LocalFleet
 from storage import open_store
 from storage.registry import ModelRegistry
 from tests.fixtures.model_copies import copy_model, fewer_steps, poisoned
-from tools.cli import main
-from tools.localfleet import LocalFleet
 
 STABLE, CANARY, BROKEN = "anim@1", "anim@2", "anim@broken"
 SMALL = {"frames": 4, "width": 32, "height": 32}
@@ -163,7 +163,7 @@ def test_a_version_whose_files_do_not_match_their_hash_stops_the_worker_at_boot(
         "ANIMFLEET_WORKER_MODEL_CACHE": str(tmp_path / "cache"),
     }
     worker = subprocess.run(
-        [sys.executable, "-m", "tools.cli", "worker", "--region", "east"],
+        [sys.executable, "-m", "launcher", "worker", "--region", "east"],
         env=env,
         capture_output=True,
         text=True,

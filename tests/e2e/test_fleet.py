@@ -15,8 +15,8 @@ import redis
 from animfleet.jobs import JobState
 from animfleet.topology import Topology
 from dispatcher import Client, InvalidInput
+from launcher.local_fleet import LocalFleet
 from storage import open_store
-from tools.localfleet import LocalFleet
 from workers.heartbeat import Heartbeat
 
 pytestmark = pytest.mark.e2e

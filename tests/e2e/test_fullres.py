@@ -12,8 +12,8 @@ from PIL import Image
 
 from animfleet.jobs import JobState
 from dispatcher import Client
+from launcher.local_fleet import LocalFleet
 from storage import open_store
-from tools.localfleet import LocalFleet
 from workers.model.loading import prepare_image
 
 pytestmark = pytest.mark.e2e

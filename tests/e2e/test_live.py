@@ -20,8 +20,8 @@ import redis
 
 from animfleet.jobs import DEFAULT_TENANT
 from animfleet.region.tenants import Limits, Tenants
+from launcher.local_fleet import LocalFleet
 from tests.fixtures.standin import ANIMATOR as STANDIN
-from tools.localfleet import LocalFleet
 
 REGION = "live"
 SCREENSHOT = Path("out/playground.png")

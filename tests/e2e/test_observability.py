@@ -15,9 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from launcher.local_fleet import LocalFleet
+from launcher.local_servers import free_port
 from tests.fixtures.standin import ANIMATOR as STANDIN
-from tools.local_servers import free_port
-from tools.localfleet import LocalFleet
 
 pytestmark = pytest.mark.e2e
 

@@ -14,7 +14,7 @@ import redis
 from animfleet.jobs import JobRecord
 from animfleet.region.affinity import Holdings, addon_thing, image_digest, template_thing
 from animfleet.region.keys import JOB_KEY
-from tools.localfleet import LocalFleet
+from launcher.local_fleet import LocalFleet
 from tools.training.mask_scenes import mask_png, scene_mask
 
 pytestmark = pytest.mark.e2e

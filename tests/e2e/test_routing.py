@@ -21,7 +21,7 @@ from dispatcher import Client
 from dispatcher.admission import AdmissionSettings
 from dispatcher.client import JobHandle
 from dispatcher.routing import RoutingTable
-from tools.localfleet import LocalFleet
+from launcher.local_fleet import LocalFleet
 
 pytestmark = pytest.mark.e2e
 

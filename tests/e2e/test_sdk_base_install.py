@@ -21,8 +21,8 @@ import pytest
 import redis
 
 from animfleet.region.tenants import Tenants
+from launcher.local_fleet import LocalFleet
 from tests.fixtures.standin import ANIMATOR as STANDIN
-from tools.localfleet import LocalFleet
 
 PYTHON = os.environ.get("ANIMFLEET_SDK_PYTHON")
 JOBS = 50

@@ -16,7 +16,7 @@ import redis
 from standardwebhooks import Webhook, WebhookVerificationError
 
 from animfleet.region.keys import WEBHOOK_DUE_SET, WEBHOOK_JOB_KEY
-from tools.localfleet import LocalFleet
+from launcher.local_fleet import LocalFleet
 
 pytestmark = pytest.mark.e2e
 

@@ -20,9 +20,9 @@ from animfleet.jobs import JobRecord, JobState, region_of
 from animfleet.region.jobstore import JobNotFound, JobStore
 from dispatcher import Client
 from dispatcher.admission import AdmissionSettings
+from launcher.local_fleet import LocalFleet
 from storage import open_store
 from tests.fixtures.standin import ANIMATOR as STANDIN
-from tools.localfleet import LocalFleet
 
 pytestmark = pytest.mark.faults
 

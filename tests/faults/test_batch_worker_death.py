@@ -9,8 +9,8 @@ import pytest
 
 from animfleet.jobs import JobState
 from dispatcher import Client
+from launcher.local_fleet import LocalFleet
 from tests.faults.conftest import record_of, report_case, settle, standin, wait_until
-from tools.localfleet import LocalFleet
 
 pytestmark = pytest.mark.faults
 

@@ -14,6 +14,7 @@ import redis
 from animfleet.jobs import JobRecord, JobState
 from animfleet.region.keys import BACKLOG_ALL, BACKLOG_MOVING, JOB_KEY, SCHEDULER_LEASE
 from dispatcher import Client
+from launcher.local_fleet import LocalFleet
 from tests.faults.conftest import (
     record_of,
     report_case,
@@ -22,7 +23,6 @@ from tests.faults.conftest import (
     standin,
     wait_until,
 )
-from tools.localfleet import LocalFleet
 
 pytestmark = pytest.mark.faults
 

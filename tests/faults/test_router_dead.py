@@ -10,8 +10,8 @@ import pytest
 
 from animfleet.jobs import JobState
 from dispatcher import Client
+from launcher.local_fleet import LocalFleet
 from tests.faults.conftest import settle, standin, wait_until
-from tools.localfleet import LocalFleet
 
 pytestmark = pytest.mark.faults
 

@@ -15,6 +15,7 @@ import redis
 from animfleet.jobs import JobState
 from animfleet.region.messages import AnimateMessages
 from dispatcher import Client
+from launcher.local_fleet import LocalFleet
 from tests.faults.conftest import (
     record_of,
     report_case,
@@ -23,7 +24,6 @@ from tests.faults.conftest import (
     standin,
     wait_until,
 )
-from tools.localfleet import LocalFleet
 
 pytestmark = pytest.mark.faults
 

@@ -12,8 +12,8 @@ import redis
 from animfleet.jobs import JobState
 from animfleet.region.keys import INPUT_KEY
 from dispatcher import Client
+from launcher.local_fleet import LocalFleet
 from tests.faults.conftest import record_of, report_case, running_on, settle, standin
-from tools.localfleet import LocalFleet
 
 pytestmark = pytest.mark.faults
 

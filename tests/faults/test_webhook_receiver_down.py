@@ -14,9 +14,9 @@ import pytest
 
 from animfleet.jobs import JobState
 from dispatcher import Client
+from launcher.local_fleet import LocalFleet
+from launcher.local_servers import free_port
 from tests.faults.conftest import settle, standin, wait_until
-from tools.local_servers import free_port
-from tools.localfleet import LocalFleet
 
 pytestmark = pytest.mark.faults
 

@@ -11,6 +11,7 @@ import pytest
 
 from animfleet.jobs import JobState
 from dispatcher import Client
+from launcher.local_fleet import LocalFleet
 from tests.faults.conftest import (
     record_of,
     report_case,
@@ -19,7 +20,6 @@ from tests.faults.conftest import (
     standin,
     wait_until,
 )
-from tools.localfleet import LocalFleet
 
 pytestmark = pytest.mark.faults
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from launcher.local_fleet import LocalFleet
 from storage.factory import open_store
-from tools.localfleet import LocalFleet
 
 SDK = Path(__file__).resolve().parents[2] / "sdk-typescript"
 REGION = "ts"
@@ -85,7 +85,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, shipped_model: Path) -> Iter
 
 def _api_key(fleet: LocalFleet) -> str:
     """A key as an operator makes one: ``animfleet keys create`` on the fleet's file."""
-    argv = [sys.executable, "-m", "tools.cli", "--fleet", str(fleet.fleet_file)]
+    argv = [sys.executable, "-m", "launcher", "--fleet", str(fleet.fleet_file)]
     done = subprocess.run(
         [*argv, "keys", "create", "--tenant", TENANT],
         capture_output=True,

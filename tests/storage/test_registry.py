@@ -10,6 +10,8 @@ import pytest
 
 import workers.model  # noqa: F401  (registers the pipeline's components for from_pretrained)
 from animfleet.versions import BadVersionRef
+from launcher.local_fleet import LocalFleet
+from launcher.local_servers import S3_ACCESS_KEY, S3_SECRET_KEY
 from storage.base import ObjectInfo
 from storage.local import LocalStore
 from storage.registry import (
@@ -20,8 +22,6 @@ from storage.registry import (
     directory_files,
 )
 from storage.s3 import S3Store
-from tools.local_servers import S3_ACCESS_KEY, S3_SECRET_KEY
-from tools.localfleet import LocalFleet
 from workers.model.pipeline import AnimationPipeline
 
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from launcher.local_fleet import LocalFleet
+from launcher.local_servers import S3_ACCESS_KEY, S3_SECRET_KEY
 from storage import ObjectStore, StorageError, StorageUnavailable, output_key
 from storage.local import LocalStore
 from storage.s3 import S3Store
-from tools.local_servers import S3_ACCESS_KEY, S3_SECRET_KEY
-from tools.localfleet import LocalFleet
 
 
 @pytest.fixture(params=["local", "s3"])

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from animfleet.jobs import JobParams
+from launcher.command import build_parser
 from tests.workers.model.tiny import tiny_student
-from tools.cli import build_parser
 from tools.serving.compile import compile_model
 from tools.serving.tune import tune
 from workers.model import Animator

@@ -10,9 +10,9 @@ import pytest
 import redis
 
 from animfleet.region.catalog import ModelCatalog
+from launcher.command import main
 from storage.local import LocalStore
 from storage.registry import ModelRegistry, content_hash, directory_files
-from tools.cli import main
 
 REF = "animfleet-small-distilled@1"
 

@@ -16,7 +16,7 @@ from animfleet.region.workers import WorkerRegistry
 from animfleet.settings import load
 from animfleet.topology import Region
 from dispatcher.admission import RegionQueue
-from tools.localfleet import LocalFleet
+from launcher.local_fleet import LocalFleet
 from workers.heartbeat import Heartbeat
 
 PARAMS = JobParams(prompt="sway", frames=4, fps=8, width=32, height=32, seed=1)

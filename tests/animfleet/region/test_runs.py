@@ -15,7 +15,7 @@ from animfleet.region.sweeper import Sweeper, SweepSettings
 from animfleet.region.workers import WorkerRegistry
 from animfleet.settings import load
 from animfleet.topology import Region
-from tools.localfleet import LocalFleet
+from launcher.local_fleet import LocalFleet
 
 PARAMS = JobParams(prompt="pan left", frames=4, fps=8, width=32, height=32, seed=1)
 

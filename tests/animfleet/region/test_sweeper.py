@@ -22,8 +22,8 @@ from animfleet.region.sweeper import Sweeper, SweepSettings
 from animfleet.region.workers import WorkerRegistry
 from animfleet.settings import load
 from animfleet.topology import Region
+from launcher.local_fleet import LocalFleet
 from storage.local import LocalStore
-from tools.localfleet import LocalFleet
 
 PARAMS = JobParams(prompt="pan left", frames=4, fps=8, width=32, height=32, seed=1)
 

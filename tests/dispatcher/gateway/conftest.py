@@ -14,7 +14,7 @@ import uvicorn
 from dispatcher import Client
 from dispatcher.gateway import GatewaySettings, create_app
 from dispatcher.gateway.server import server_config
-from tools.local_servers import free_port
+from launcher.local_servers import free_port
 
 
 @contextmanager

@@ -22,7 +22,7 @@ from dispatcher import Client
 from dispatcher.admission import AdmissionSettings
 from dispatcher.gateway import GatewaySettings
 from dispatcher.inputs import default_size
-from tools.localfleet import LocalFleet
+from launcher.local_fleet import LocalFleet
 
 DB = 12
 

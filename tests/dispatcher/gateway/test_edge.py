@@ -34,9 +34,9 @@ from dispatcher import Client
 from dispatcher.admission import AdmissionSettings
 from dispatcher.gateway import GatewaySettings
 from dispatcher.tenancy import Tenancy
+from launcher.local_fleet import LocalFleet
+from launcher.local_servers import S3_ACCESS_KEY, S3_SECRET_KEY
 from storage.s3 import S3Store
-from tools.local_servers import S3_ACCESS_KEY, S3_SECRET_KEY
-from tools.localfleet import LocalFleet
 
 DB = 11
 REGION = "ed"

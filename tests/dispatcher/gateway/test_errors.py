@@ -12,7 +12,7 @@ from animfleet.topology import Topology
 from dispatcher import Client
 from dispatcher.admission import AdmissionSettings
 from dispatcher.gateway import GatewaySettings
-from tools.local_servers import free_port
+from launcher.local_servers import free_port
 
 
 def test_a_broker_outage_is_503_with_retry_after(

@@ -21,7 +21,7 @@ from animfleet.topology import Topology
 from dispatcher import Client
 from dispatcher.admission import AdmissionSettings
 from dispatcher.gateway import GatewaySettings
-from tools.localfleet import LocalFleet
+from launcher.local_fleet import LocalFleet
 
 
 @pytest.fixture(scope="module")

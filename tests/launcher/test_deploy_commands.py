@@ -11,7 +11,7 @@ import redis
 from animfleet.region.canary import VersionRuns, judge
 from animfleet.region.catalog import CatalogEntry, ModelCatalog
 from animfleet.region.deployments import Deployments
-from tools.cli import main
+from launcher.command import main
 
 STABLE, CANARY = "anim@1", "anim@2"
 

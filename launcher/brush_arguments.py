@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tools.cli_errors import EX_USAGE, CliError
+from launcher.command_errors import EX_USAGE, CliError
 
 
 def add_region_arguments(parser: argparse.ArgumentParser) -> None:
@@ -92,3 +92,9 @@ def regions_from_args(args: argparse.Namespace) -> list[dict[str, Any]]:
     if extra > 0 and not args.regions:
         raise CliError(f"{extra} --stroke without a --region-mask before it", EX_USAGE)
     return regions
+
+
+def brush_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The submit's motion-brush options: its regions and loop, when given."""
+    regions = regions_from_args(args)
+    return {**({"regions": regions} if regions else {}), **({"loop": True} if args.loop else {})}

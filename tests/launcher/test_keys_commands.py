@@ -4,7 +4,7 @@ import pytest
 import redis
 
 from animfleet.region.tenants import Tenants
-from tools.cli import main
+from launcher.command import main
 
 
 def test_keys_create_list_revoke_in_every_region(
@@ -41,3 +41,18 @@ def test_keys_create_list_revoke_in_every_region(
     with pytest.raises(SystemExit):
         main(["--fleet", str(fleet), "keys", "limits", "--tenant", "acme", "--weight", "0"])
     other.flushdb()
+
+
+def test_keys_refuse_to_run_without_a_fleet_file(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The built-in topology's Redis is whatever answers on 127.0.0.1:6379: never written to.
+    monkeypatch.delenv("ANIMFLEET_FLEET_FILE", raising=False)
+    for argv in (
+        ["keys", "create", "--tenant", "acme"],
+        ["keys", "list", "--tenant", "acme"],
+        ["keys", "limits", "--tenant", "acme", "--rate", "5"],
+    ):
+        assert main(argv) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert "give --fleet FILE or set ANIMFLEET_FLEET_FILE" in line

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -15,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from tools import cli, cli_errors
-from tools.sim.cli import POLICY_NAMES
+from launcher import command, command_errors
+from tools import EXAMPLE_IMAGE
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "matplotlib", "numpy", "diffusers", "celery", "dispatcher", "tools.sim.engine")
@@ -30,7 +31,7 @@ def _env() -> dict[str, str]:
 
 def animfleet(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tools.cli", *args],
+        [sys.executable, "-m", "launcher", *args],
         cwd=ROOT,
         env=_env(),
         capture_output=True,
@@ -51,8 +52,8 @@ def test_help_is_fast_and_lists_the_commands() -> None:
     result = animfleet("--help")
     elapsed = time.perf_counter() - began
     assert result.returncode == 0, result.stderr
-    for command in ("worker", "sweeper", "submit", "get", "cancel", "train", "simulate", "plan"):
-        assert command in result.stdout
+    for name in ("worker", "sweeper", "submit", "get", "cancel", "train", "simulate", "plan"):
+        assert name in result.stdout
     # Under 0.1 s on an idle machine; the margin is for a loaded one.
     assert elapsed < 2.0, f"animfleet --help took {elapsed:.2f} s"
 
@@ -60,7 +61,7 @@ def test_help_is_fast_and_lists_the_commands() -> None:
 def test_building_the_parser_imports_nothing_heavy() -> None:
     probe = (
         "import json, sys\n"
-        "from tools.cli import build_parser\n"
+        "from launcher.command import build_parser\n"
         "build_parser().format_help()\n"
         "print(json.dumps(sorted(sys.modules)))\n"
     )
@@ -88,7 +89,7 @@ def test_a_missing_fleet_file_is_one_line() -> None:
     result = animfleet("--fleet", "/nonexistent/fleet.toml", "get", "local.0123abcd")
     line = _one_error_line(result)
     assert "fleet file not found: /nonexistent/fleet.toml" in line
-    assert result.returncode == cli_errors.EX_USAGE
+    assert result.returncode == command_errors.EX_USAGE
 
 
 def test_an_invalid_fleet_file_is_one_line(tmp_path: Path) -> None:
@@ -96,11 +97,11 @@ def test_an_invalid_fleet_file_is_one_line(tmp_path: Path) -> None:
     fleet.write_text("[regions.local\n")
     result = animfleet("--fleet", str(fleet), "cancel", "local.0123abcd")
     assert "invalid fleet file" in _one_error_line(result)
-    assert result.returncode == cli_errors.EX_USAGE
+    assert result.returncode == command_errors.EX_USAGE
 
 
 def test_an_unknown_region_is_one_line_naming_it() -> None:
-    image = str(cli.EXAMPLE_IMAGE)
+    image = str(EXAMPLE_IMAGE)
     for args in (
         ("submit", "--region", "mars", image, "pan"),
         ("worker", "--region", "mars"),
@@ -109,13 +110,13 @@ def test_an_unknown_region_is_one_line_naming_it() -> None:
         result = animfleet(*args)
         line = _one_error_line(result)
         assert "unknown region 'mars'" in line
-        assert result.returncode == cli_errors.EX_USAGE
+        assert result.returncode == command_errors.EX_USAGE
 
 
 def test_a_missing_image_is_one_line() -> None:
     result = animfleet("submit", "/nonexistent.png", "pan")
     assert "image not found: /nonexistent.png" in _one_error_line(result)
-    assert result.returncode == cli_errors.EX_USAGE
+    assert result.returncode == command_errors.EX_USAGE
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
@@ -130,7 +131,7 @@ def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser
 def test_every_help_shows_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     # Wide enough that no line wraps: argparse breaks long defaults (paths) at their hyphens.
     monkeypatch.setenv("COLUMNS", "1000")
-    for parser in _subparsers(cli.build_parser()):
+    for parser in _subparsers(command.build_parser()):
         text = parser.format_help()
         for action in parser._actions:
             if not action.option_strings or action.default in (None, False, argparse.SUPPRESS):
@@ -139,12 +140,6 @@ def test_every_help_shows_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
             assert f"(default: {action.default})" in " ".join(text.split()), (
                 f"{parser.prog} {action.option_strings[0]}"
             )
-
-
-def test_the_simulator_policy_names_match_its_policies() -> None:
-    from tools.sim.policies import POLICIES
-
-    assert tuple(POLICIES) == POLICY_NAMES
 
 
 class _FakeClient:
@@ -173,12 +168,24 @@ class _FakeClient:
         return self._answer()
 
 
+class _FakeTenancy:
+    """Stands in for ``dispatcher.tenancy.Tenancy``: submit lists its job under the tenant."""
+
+    def __init__(self, client: _FakeClient, region: str) -> None:
+        pass
+
+    def index(self, record: object) -> None:
+        pass
+
+
 @pytest.fixture
 def fake_client(monkeypatch: pytest.MonkeyPatch) -> type[_FakeClient]:
     import dispatcher
+    import dispatcher.tenancy
 
     monkeypatch.delenv("ANIMFLEET_FLEET_FILE", raising=False)
     monkeypatch.setattr(dispatcher, "Client", _FakeClient)
+    monkeypatch.setattr(dispatcher.tenancy, "Tenancy", _FakeTenancy)
     monkeypatch.setattr(_FakeClient, "outcome", None)
     return _FakeClient
 
@@ -189,7 +196,7 @@ def test_cancel_prints_the_resulting_status(
     from animfleet.jobs import JobState
 
     fake_client.outcome = SimpleNamespace(status=JobState.CANCELED)
-    assert cli.main(["cancel", "local.0123abcd"]) == 0
+    assert command.main(["cancel", "local.0123abcd"]) == 0
     assert capsys.readouterr().out.strip() == "canceled"
 
 
@@ -204,21 +211,21 @@ def test_known_failures_are_one_line_with_their_exit_codes(
         (["get", "local.0123abcd"], JobNotFound("local.0123abcd"), 1, "local.0123abcd"),
         (["cancel", "local.0123abcd"], JobNotFound("local.0123abcd"), 1, "not found"),
         (
-            ["submit", str(cli.EXAMPLE_IMAGE), "pan"],
+            ["submit", str(EXAMPLE_IMAGE), "pan"],
             InvalidInput("frames", "must be at most 32"),
-            cli_errors.EX_USAGE,
+            command_errors.EX_USAGE,
             "frames",
         ),
         (
-            ["submit", str(cli.EXAMPLE_IMAGE), "pan"],
+            ["submit", str(EXAMPLE_IMAGE), "pan"],
             AtCapacity("local", 7, 2.4),
-            cli_errors.EX_TEMPFAIL,
+            command_errors.EX_TEMPFAIL,
             "retry after 3 s",
         ),
     ]
     for argv, error, code, needle in cases:
         fake_client.outcome = error
-        assert cli.main(argv) == code
+        assert command.main(argv) == code
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("animfleet: error: "), lines
         assert needle in lines[0]
@@ -227,33 +234,29 @@ def test_known_failures_are_one_line_with_their_exit_codes(
 def test_unexpected_errors_keep_their_traceback(fake_client: type[_FakeClient]) -> None:
     fake_client.outcome = RuntimeError("a bug")
     with pytest.raises(RuntimeError, match="a bug"):
-        cli.main(["get", "local.0123abcd"])
+        command.main(["get", "local.0123abcd"])
 
 
-def test_a_bad_setting_is_one_line_naming_the_variable_and_value() -> None:
+@pytest.mark.parametrize(
+    ("process", "variable", "value"),
+    [
+        ("worker", "ANIMFLEET_WORKER_SOFT_TIME_LIMIT_S", "nine"),
+        ("sweeper", "ANIMFLEET_SWEEPER_ORPHAN_AFTER_S", "-1"),  # before it touches Redis
+    ],
+)
+def test_a_bad_setting_is_one_line_naming_the_variable_and_value(
+    process: str, variable: str, value: str
+) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "tools.cli", "worker", "--region", "local"],
+        [sys.executable, "-m", "launcher", process, "--region", "local"],
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, "ANIMFLEET_WORKER_SOFT_TIME_LIMIT_S": "nine"},
+        env={**os.environ, variable: value},
     )
     assert result.returncode == 78
     (line,) = result.stderr.strip().splitlines()
-    assert "ANIMFLEET_WORKER_SOFT_TIME_LIMIT_S='nine'" in line
-
-
-def test_a_bad_sweeper_setting_stops_it_before_it_touches_redis() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "tools.cli", "sweeper", "--region", "local"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "ANIMFLEET_SWEEPER_ORPHAN_AFTER_S": "-1"},
-    )
-    assert result.returncode == 78
-    (line,) = result.stderr.strip().splitlines()
-    assert "ANIMFLEET_SWEEPER_ORPHAN_AFTER_S='-1'" in line
+    assert f"{variable}={value!r}" in line
 
 
 def test_submit_leaves_the_size_to_the_api_unless_given(
@@ -266,7 +269,59 @@ def test_submit_leaves_the_size_to_the_api_unless_given(
         return SimpleNamespace(id="local.0123abcd")
 
     monkeypatch.setattr(fake_client, "submit", submit)
-    assert cli.main(["submit", str(cli.EXAMPLE_IMAGE), "pan"]) == 0
-    assert cli.main(["submit", str(cli.EXAMPLE_IMAGE), "pan", "--size", "128"]) == 0
+    assert command.main(["submit", str(EXAMPLE_IMAGE), "pan"]) == 0
+    assert command.main(["submit", str(EXAMPLE_IMAGE), "pan", "--size", "128"]) == 0
     assert "width" not in sent[0] and "height" not in sent[0]
     assert (sent[1]["width"], sent[1]["height"]) == (128, 128)
+
+
+def _procfile_commands() -> list[list[str]]:
+    """The Procfile's command lines, its variables given values; and what the Terraform
+    services instances run besides (``deploy apply``)."""
+    found = [["deploy", "apply", "--region", "local", "deployments.json"]]
+    for line in (ROOT / "Procfile").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            command = line.partition(":")[2].replace("${REGION}", "local")
+            argv = shlex.split(command.replace("${PORT:-8000}", "8000"))
+            assert argv[0] == "animfleet", line
+            found.append(argv[1:])
+    return found
+
+
+def test_the_fleets_processes_parse_without_loading_tools() -> None:
+    probe = (
+        "import json, sys\n"
+        "from launcher.command import parser_for\n"
+        "for argv in json.loads(sys.argv[1]):\n"
+        "    parser_for(argv).parse_args(argv)\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    commands = _procfile_commands()
+    assert {argv[0] for argv in commands} >= {"worker", "web", "webhooks", "router", "sweeper"}
+    result = subprocess.run(
+        [sys.executable, "-c", probe, json.dumps(commands)],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    loaded = json.loads(result.stdout)
+    assert not [m for m in loaded if m == "tools" or m.startswith("tools.")]
+
+
+def test_without_tools_the_launchers_own_commands_remain() -> None:
+    # An install without the offline tools: ``import tools`` fails as a missing module does.
+    probe = (
+        "import sys\n"
+        "sys.modules['tools'] = None\n"
+        "from launcher.command import build_parser\n"
+        "print(build_parser().format_help())\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, env=_env(), capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert "worker" in result.stdout and "local" in result.stdout
+    assert "simulate" not in result.stdout and "train" not in result.stdout

@@ -3,7 +3,7 @@ line, instead of a traceback."""
 
 from __future__ import annotations
 
-from tools.cli_errors import EX_CONFIG, user_error
+from launcher.command_errors import EX_CONFIG, user_error
 
 
 def test_a_missing_fleet_library_names_the_extra() -> None:

@@ -1,0 +1,41 @@
+"""The topology and regions a command line names (``--fleet``, ``--region``), each checked with
+one clear line instead of a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import TYPE_CHECKING
+
+from launcher.command_errors import EX_USAGE, CliError, problem
+
+if TYPE_CHECKING:
+    from animfleet.topology import Region, Topology
+
+
+def topology_of(args: argparse.Namespace) -> Topology:
+    """The topology of ``--fleet``, else ``$ANIMFLEET_FLEET_FILE``, else the built-in one."""
+    from animfleet.topology import Topology
+
+    try:
+        return Topology.load(args.fleet)
+    except FileNotFoundError as error:
+        raise CliError(f"fleet file not found: {error.filename}", EX_USAGE) from None
+    except OSError as error:
+        raise CliError(f"cannot read fleet file {error.filename}: {error.strerror}") from None
+    except ValueError as error:  # TOML syntax and pydantic validation errors are ValueErrors
+        where = args.fleet or os.environ.get("ANIMFLEET_FLEET_FILE") or "(built-in)"
+        raise CliError(f"invalid fleet file {where}: {problem(error)}", EX_USAGE) from None
+
+
+def region_in(topology: Topology, name: str) -> Region:
+    try:
+        return topology.region(name)
+    except KeyError as error:  # its message names the region and the known ones
+        raise CliError(str(error.args[0]), EX_USAGE) from None
+
+
+def regions_of(args: argparse.Namespace, names: list[str] | None) -> list[Region]:
+    """The regions named (all when none), each checked."""
+    topology = topology_of(args)
+    return [region_in(topology, name) for name in names or topology.names]
