@@ -38,11 +38,11 @@ from animfleet.addons import AddonUse
 from animfleet.jobs import JobParams
 from tools.training.addon_motions import AddonMotion, addon_sample
 from tools.training.metrics import to_uint8
-from workers.model.addons import WEIGHTS_FILE, addons_root
+from workers.model.addons.store import WEIGHTS_FILE, addons_root
 from workers.model.animator import Animator
-from workers.model.loading import Variant, load_pipeline, prepare_image
-from workers.model.pipeline import AnimationPipeline
-from workers.model.serving import load_serving
+from workers.model.pipelines.animation import AnimationPipeline
+from workers.model.runtime.loading import Variant, load_pipeline, prepare_image
+from workers.model.runtime.serving import load_serving
 
 MODEL = Path("models/animfleet-small-distilled")
 RATIO_BAR = 1.15

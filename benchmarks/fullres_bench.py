@@ -34,9 +34,9 @@ from animfleet.jobs import JobParams
 from tools.training.photos import photo_uint8
 from workers.encode import encode_mp4
 from workers.model.animator import Animator
-from workers.model.loading import Variant, prepare_image
-from workers.model.render import outside, predict, render, sampling_grid
-from workers.model.serving import load_serving
+from workers.model.pipelines.render import outside, predict, render, sampling_grid
+from workers.model.runtime.loading import Variant, prepare_image
+from workers.model.runtime.serving import load_serving
 
 MODEL = Path("models/animfleet-small-distilled")
 SIZES = (64, 256, 512, 1024)

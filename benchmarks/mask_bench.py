@@ -42,9 +42,9 @@ from tools.training.data import heldout_sample
 from tools.training.mask_scenes import KINDS, classify_inside, mask_png, scene_mask
 from tools.training.motions import FAMILIES
 from workers.model.animator import Animator
-from workers.model.loading import prepare_image
-from workers.model.mask import MaskRegion, mask_region
-from workers.model.masked import size_multiple
+from workers.model.imaging.mask import MaskRegion, mask_region
+from workers.model.pipelines.masked import size_multiple
+from workers.model.runtime.loading import prepare_image
 
 MODEL = Path("models/animfleet-small-distilled")
 AREAS = (0.10, 0.25, 0.50, 1.00)

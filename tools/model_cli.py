@@ -9,7 +9,7 @@ from typing import Any
 
 
 def cmd_model_init(args: argparse.Namespace) -> int:
-    from workers.model.build import init_model
+    from workers.model.pipelines.build import init_model
 
     path = init_model(args.directory, seed=args.seed)
     print(f"wrote a random-weight pipeline to {path}")

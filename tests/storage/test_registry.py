@@ -22,7 +22,7 @@ from storage.registry import (
 from storage.s3 import S3Store
 from tools.local_servers import S3_ACCESS_KEY, S3_SECRET_KEY
 from tools.localfleet import LocalFleet
-from workers.model.pipeline import AnimationPipeline
+from workers.model.pipelines.animation import AnimationPipeline
 
 
 def _tree(root: Path, files: dict[str, bytes]) -> Path:

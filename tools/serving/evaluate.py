@@ -21,8 +21,8 @@ from tools.training.evaluate import EvalSettings
 from tools.training.metrics import to_uint8
 from tools.training.motion_estimate import classify
 from workers.model.animator import Animator, load_animator
-from workers.model.loading import Variant
-from workers.model.profile import psnr
+from workers.model.runtime.loading import Variant
+from workers.model.runtime.profile import psnr
 from workers.settings import WorkerSettings
 
 

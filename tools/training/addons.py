@@ -2,13 +2,13 @@
 
 Each add-on teaches one motion of :mod:`tools.training.addon_motions` that the base model
 does not know. The student stays frozen; peft puts a LoRA (``LoraConfig``) on the layers
-workers give a branch (:data:`workers.model.addons.TARGETS`), trained on procedural clips of
+workers give a branch (:data:`workers.model.addons.store.TARGETS`), trained on procedural clips of
 the motion prompted as still scenes: the clean-clip MSE plus flow supervision, at the noise
 levels of the student's own 8-step schedule and uniform ones. The run resumes from its
 checkpoint; the export is the peft-named LoRA in ``addon.safetensors`` with its card.
 
 Evaluation runs what workers run: the real pipeline with the add-on on a parallel branch
-(:mod:`workers.model.lora_branch`), classified by
+(:mod:`workers.model.addons.lora_branch`), classified by
 :func:`tools.training.motion_estimate.classify_with_addons` on held-out scenes.
 """
 
@@ -34,9 +34,9 @@ from tools.training.evaluate import load_pipeline
 from tools.training.loop import CHECKPOINT, RunState, run_config, run_steps, write_checkpoint
 from tools.training.metrics import to_uint8
 from tools.training.motion_estimate import classify_with_addons
-from workers.model.addons import TARGETS, WEIGHTS_FILE, read_addon
-from workers.model.lora_branch import LoraBranches
-from workers.model.pipeline import AnimationPipeline
+from workers.model.addons.lora_branch import LoraBranches
+from workers.model.addons.store import TARGETS, WEIGHTS_FILE, read_addon
+from workers.model.pipelines.animation import AnimationPipeline
 
 BASE = "models/animfleet-small-distilled"
 

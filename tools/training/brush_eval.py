@@ -79,8 +79,8 @@ def served_animator(model: Path = MODEL) -> Any:
     """The worker's :class:`Animator` for ``model`` as its serving file says (steps, guidance),
     eager, with its edge fill and renderer."""
     from workers.model.animator import Animator
-    from workers.model.loading import Variant
-    from workers.model.serving import load_serving
+    from workers.model.runtime.loading import Variant
+    from workers.model.runtime.serving import load_serving
 
     serving = load_serving(model)
     variant = Variant(

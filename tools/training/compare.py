@@ -25,7 +25,7 @@ from tools.training.data import heldout_sample
 from tools.training.evaluate import contact_sheet, load_pipeline
 from tools.training.metrics import Frames, psnr, ssim, to_uint8
 from tools.training.motion_estimate import classify
-from workers.model.pipeline import AnimationPipeline
+from workers.model.pipelines.animation import AnimationPipeline
 
 
 @dataclass(frozen=True)

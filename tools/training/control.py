@@ -1,6 +1,7 @@
 """``animfleet`` motion-path add-on: train, export and evaluate the ControlNet-style branch.
 
-The student stays frozen; only the branch (:class:`workers.model.control_branch.ControlEncoder`)
+The student stays frozen; only the branch
+(:class:`workers.model.addons.control_branch.ControlEncoder`)
 learns, through the same hooks workers serve it with, on procedural clips of content moving
 along a drawn path (:mod:`tools.training.control_data`): the clean-clip MSE plus flow
 supervision, at the noise levels of the student's own 8-step schedule and uniform ones. The
@@ -33,9 +34,15 @@ from tools.training.loop import CHECKPOINT, RunState, run_config, run_steps, wri
 from tools.training.metrics import to_uint8
 from tools.training.motion_estimate import estimate
 from tools.training.motions import Motion
-from workers.model.addons import WEIGHTS_FILE
-from workers.model.control_branch import ControlHooks, Ready, Residuals, encoder_for, read_control
-from workers.model.pipeline import AnimationPipeline
+from workers.model.addons.control_branch import (
+    ControlHooks,
+    Ready,
+    Residuals,
+    encoder_for,
+    read_control,
+)
+from workers.model.addons.store import WEIGHTS_FILE
+from workers.model.pipelines.animation import AnimationPipeline
 
 BASE = "models/animfleet-small-distilled"
 # A clip follows its path when its measured displacement points within this of the path.

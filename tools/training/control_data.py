@@ -18,7 +18,7 @@ import torch
 
 from tools.training.data import _scene_params, _stable_seed, pixel_grid, render, transformed_points
 from tools.training.motions import TEMPLATES, Motion, Transform
-from workers.model.control_branch import CONTROL_SIZE
+from workers.model.addons.control_branch import CONTROL_SIZE
 
 PATH_TRAIN_SEED = 21
 PATH_HELDOUT_SEED = 22

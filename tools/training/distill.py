@@ -2,7 +2,7 @@
 
 The teacher samples with three U-Net passes per step (guided) and 32 DPM-Solver++ steps. The
 student is the teacher's U-Net plus an embedding of the two guidance scales
-(:class:`~workers.model.motion_unet.MotionUNet` ``guidance_embedding``), initialised from
+(:class:`~workers.model.networks.motion_unet.MotionUNet` ``guidance_embedding``), initialised from
 the teacher's weights, so it starts as the teacher's image + text pass.
 
 One combined stage, because the targets of both distillations come from one teacher run:
@@ -39,9 +39,9 @@ from tqdm import tqdm
 from tools.training.data import training_sample
 from tools.training.evaluate import load_pipeline
 from tools.training.loop import RunState, TrainingRun, run_config
-from workers.model.motion_unet import MotionUNet
-from workers.model.pipeline import AnimationPipeline
-from workers.model.serving import SERVING_FILE
+from workers.model.networks.motion_unet import MotionUNet
+from workers.model.pipelines.animation import AnimationPipeline
+from workers.model.runtime.serving import SERVING_FILE
 
 TARGETS = "targets"
 FPS = 8

@@ -24,7 +24,7 @@ import workers.model  # noqa: F401  (registers MotionUNet and PixelCodec for fro
 from tools.training.data import heldout_sample
 from tools.training.metrics import Frames, psnr, ssim, to_uint8
 from tools.training.motion_estimate import classify, estimate
-from workers.model.pipeline import AnimationPipeline
+from workers.model.pipelines.animation import AnimationPipeline
 
 SHEET_SAMPLES = 2  # per family in the contact sheet
 VIDEOS = 1  # MP4s per family

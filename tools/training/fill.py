@@ -1,4 +1,5 @@
-"""``animfleet train-fill``: train the edge fill (:class:`workers.model.edge_fill.EdgeFill`).
+"""``animfleet train-fill``: train the edge fill
+(:class:`workers.model.networks.edge_fill.EdgeFill`).
 
 Resumable: the run directory holds the checkpoint (weights, EMA copy, optimiser, progress) and
 the loss curve; running the same command again continues where it stopped. The loss is the
@@ -17,7 +18,7 @@ import torch
 
 from tools.training.fill_data import FillBatch, FillData
 from tools.training.loop import CHECKPOINT, RunState, run_steps, update_ema, write_checkpoint
-from workers.model.edge_fill import EdgeFill
+from workers.model.networks.edge_fill import EdgeFill
 
 
 @dataclass(frozen=True)

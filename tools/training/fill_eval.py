@@ -1,4 +1,4 @@
-"""``animfleet eval --fill``: the fill (:func:`workers.model.fill.fill_unknown`) against a
+"""``animfleet eval --fill``: the fill (:func:`workers.model.imaging.fill.fill_unknown`) against a
 photograph's real surroundings, beside border replication and OpenCV's Telea inpainting.
 
 Each photograph's centred square (its short side, native pixels) is the truth; a mask hides
@@ -29,7 +29,7 @@ import torch
 
 from tools.training.photo_eval import EVAL_PHOTOS
 from tools.training.photos import photo_uint8
-from workers.model.fill import fill_unknown, nearest_known
+from workers.model.imaging.fill import fill_unknown, nearest_known
 
 Pixels = npt.NDArray[np.uint8]
 Mask = npt.NDArray[np.bool_]

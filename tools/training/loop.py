@@ -17,7 +17,7 @@ import torch
 from tqdm import tqdm
 
 if TYPE_CHECKING:
-    from workers.model.pipeline import AnimationPipeline
+    from workers.model.pipelines.animation import AnimationPipeline
 
 LOSS_WINDOW = 25  # steps averaged into one point of the loss curve
 CHECKPOINT = "checkpoint.pt"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from diffusers import DPMSolverMultistepScheduler
 
-from workers.model.build import CONTEXT_DIM, build_pipeline
-from workers.model.motion_unet import MotionUNet
-from workers.model.pipeline import AnimationPipeline
-from workers.model.pixel_codec import PixelCodec
+from workers.model.networks.motion_unet import MotionUNet
+from workers.model.networks.pixel_codec import PixelCodec
+from workers.model.pipelines.animation import AnimationPipeline
+from workers.model.pipelines.build import CONTEXT_DIM, build_pipeline
 
 
 def build_scheduler() -> DPMSolverMultistepScheduler:

@@ -3,7 +3,7 @@
 Each photograph is the surroundings of a centred square crop (60% of its short side), scaled so
 the crop is the requested size: the crop is the input, and the rest of the photograph is what
 really lies beyond its edges. For every motion prompt the worker's path runs (the model at its
-working size, :func:`workers.model.render.render` at full size) and is measured:
+working size, :func:`workers.model.pipelines.render.render` at full size) and is measured:
 
 * motion accuracy: the independent estimator of :mod:`tools.training.motion_estimate` on the
   full-resolution frames, against the prompted motion;
@@ -37,8 +37,8 @@ from tools.training.metrics import Frames
 from tools.training.motion_estimate import classify
 from tools.training.motions import Motion, prompt_for
 from tools.training.photos import EVAL_ONLY, photo_uint8
-from workers.model.pipeline import AnimationPipeline
-from workers.model.render import (
+from workers.model.pipelines.animation import AnimationPipeline
+from workers.model.pipelines.render import (
     WorkingClip,
     downsample,
     outside,

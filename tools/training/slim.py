@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from workers.model.motion_unet import MotionUNet
+from workers.model.networks.motion_unet import MotionUNet
 
 GROUP = 8  # GroupNorm groups: every width is a multiple of this
 

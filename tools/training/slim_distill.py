@@ -30,9 +30,9 @@ from tools.training.distill import (
 from tools.training.evaluate import load_pipeline
 from tools.training.loop import TrainingRun, run_config
 from tools.training.slim import SlimPlan, count_parameters, plan_pca, plan_uniform, slim_unet
-from workers.model.motion_unet import MotionUNet
-from workers.model.pipeline import AnimationPipeline
-from workers.model.serving import SERVING_FILE
+from workers.model.networks.motion_unet import MotionUNet
+from workers.model.pipelines.animation import AnimationPipeline
+from workers.model.runtime.serving import SERVING_FILE
 
 SOURCE = "models/animfleet-small-distilled"
 SAMPLING = "sampling_seconds.json"  # in the targets directory

@@ -37,7 +37,7 @@ from tools.training.slim import (
     slim_unet,
 )
 from tools.training.slim_distill import SOURCE, arm_name
-from workers.model.pipeline import AnimationPipeline
+from workers.model.pipelines.animation import AnimationPipeline
 
 FAMILIES = ("pan", "zoom", "rotate", "bounce", "sway")
 STUDENT = "student"

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from tools.training.data import training_batch
 from tools.training.loop import RunState, TrainingRun, run_config
 from tools.training.model import build_small_pipeline
-from workers.model.pipeline import AnimationPipeline
+from workers.model.pipelines.animation import AnimationPipeline
 
 
 @dataclass

@@ -21,10 +21,10 @@ import torch
 
 from animfleet.jobs import JobParams
 from workers.model.animator import Animator
-from workers.model.loading import prepare_image
-from workers.model.masked import CropInput
-from workers.model.pipeline import AnimationPipeline, Conditions, check_size
-from workers.model.render import downsample, renders, working_size
+from workers.model.pipelines.animation import AnimationPipeline, Conditions, check_size
+from workers.model.pipelines.masked import CropInput
+from workers.model.pipelines.render import downsample, renders, working_size
+from workers.model.runtime.loading import prepare_image
 
 # Events a sample posts to the thread waiting for it (see BatchEngine.animate).
 STEP, DONE, FAILED = "step", "done", "failed"

@@ -11,7 +11,7 @@ import torch
 from tools.training.addon_motions import AddonMotion, addon_sample
 from tools.training.data import heldout_sample
 from tools.training.motion_estimate import classify_with_addons
-from workers.model.addons import TARGETS, read_addon
+from workers.model.addons.store import TARGETS, read_addon
 
 
 @pytest.mark.parametrize("motion", list(AddonMotion))

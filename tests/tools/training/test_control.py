@@ -11,8 +11,8 @@ import torch
 from animfleet.models import SHIPPED_STUDENT_DIR
 from tools.training.control import ControlConfig, ControlTrainer, angle_error
 from tools.training.control_data import path_sample
-from workers.model.control_branch import CONTROL_SIZE, read_control
-from workers.model.motion_unet import MotionUNet
+from workers.model.addons.control_branch import CONTROL_SIZE, read_control
+from workers.model.networks.motion_unet import MotionUNet
 
 
 def test_path_clips_move_the_content_along_the_drawn_path() -> None:

@@ -10,7 +10,7 @@ from tools.training.data import (
 )
 from tools.training.motion_estimate import classify
 from tools.training.motions import Motion
-from workers.model.motion_unet import warp
+from workers.model.networks.motion_unet import warp
 
 
 def test_samples_are_deterministic_by_index() -> None:

@@ -11,8 +11,8 @@ from tests.tools.training.conftest import tiny
 from tools.training.distill import Distiller, make_student
 from tools.training.evaluate import load_pipeline
 from workers.model.animator import Animator
-from workers.model.pipeline import AnimationPipeline
-from workers.model.serving import load_serving
+from workers.model.pipelines.animation import AnimationPipeline
+from workers.model.runtime.serving import load_serving
 
 
 def _weights(distiller: Distiller) -> list[torch.Tensor]:

@@ -20,7 +20,7 @@ from tools.training.slim import (
     slim_unet,
     variance_shares,
 )
-from workers.model.motion_unet import MotionUNet
+from workers.model.networks.motion_unet import MotionUNet
 
 VARIANCES = torch.tensor([50.0, 30.0, 15.0, 4.0, 1.0], dtype=torch.float64)
 

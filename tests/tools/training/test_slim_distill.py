@@ -12,7 +12,7 @@ import torch
 from tests.tools.training.conftest import tiny
 from tests.workers.model.tiny import tiny_student
 from tools.training.slim_distill import SlimConfig, SlimDistiller
-from workers.model.pipeline import AnimationPipeline
+from workers.model.pipelines.animation import AnimationPipeline
 
 
 def _config(source: Path, targets: Path) -> SlimConfig:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from animfleet.models import MODELS_DIR, resolve_model
-from workers.model.pipeline import AnimationPipeline
+from workers.model.pipelines.animation import AnimationPipeline
 
 SLIM_DIR = MODELS_DIR / "animfleet-small-slim"
 
@@ -24,7 +24,7 @@ def test_the_shipped_slim_student_loads_by_name_and_animates() -> None:
 
 def test_a_worker_serves_the_slim_student_with_one_pass_per_step() -> None:
     from workers.model.animator import Animator
-    from workers.model.serving import load_serving
+    from workers.model.runtime.serving import load_serving
 
     serving = load_serving(SLIM_DIR)
     assert (serving.steps, serving.passes_per_step) == (8, 1)

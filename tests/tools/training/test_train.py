@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from tools.training.train import TrainConfig, Trainer
-from workers.model.pipeline import AnimationPipeline
+from workers.model.pipelines.animation import AnimationPipeline
 
 TINY = TrainConfig(batch_size=2, size=16, warmup_steps=2, block_out_channels=(8, 16))
 

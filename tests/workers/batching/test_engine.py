@@ -27,8 +27,8 @@ from workers.batching import engine as engine_module
 from workers.batching.sample import Sample, prepare
 from workers.model import Animator, ModelError
 from workers.model.animator import load_animator
-from workers.model.loading import prepare_image
-from workers.model.profile import psnr
+from workers.model.runtime.loading import prepare_image
+from workers.model.runtime.profile import psnr
 from workers.settings import WorkerSettings
 
 MIN_PSNR_DB = 50.0
