@@ -36,8 +36,8 @@ from safetensors.torch import load_file
 
 from animfleet.addons import AddonUse
 from animfleet.jobs import JobParams
-from tools.training.addon_motions import AddonMotion, addon_sample
-from tools.training.metrics import to_uint8
+from tools.training.data.addon_motions import AddonMotion, addon_sample
+from tools.training.evaluation.frame_metrics import to_uint8
 from workers.model.addons.store import WEIGHTS_FILE, addons_root
 from workers.model.animator import Animator
 from workers.model.pipelines.animation import AnimationPipeline

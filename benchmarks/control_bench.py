@@ -33,8 +33,8 @@ from PIL import Image
 from animfleet.addons import AddonUse, control_input
 from animfleet.jobs import JobParams
 from benchmarks.addons_bench import MODEL, OVERHEAD_BAR, RATIO_BAR, pristine_frames, table
-from tools.training.control_data import path_sample
-from tools.training.metrics import to_uint8
+from tools.training.addons.control_data import path_sample
+from tools.training.evaluation.frame_metrics import to_uint8
 from workers.model.addons.control_branch import (
     ControlEncoder,
     Residuals,

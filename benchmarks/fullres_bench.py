@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from PIL import Image
 
 from animfleet.jobs import JobParams
-from tools.training.photos import photo_uint8
+from tools.training.data.photos import photo_uint8
 from workers.encode import encode_mp4
 from workers.model.animator import Animator
 from workers.model.pipelines.render import outside, predict, render, sampling_grid

@@ -38,9 +38,9 @@ import numpy.typing as npt
 from PIL import Image
 
 from animfleet.jobs import JobParams
-from tools.training.data import heldout_sample
-from tools.training.mask_scenes import KINDS, classify_inside, mask_png, scene_mask
-from tools.training.motions import FAMILIES
+from tools.training.data.motions import FAMILIES
+from tools.training.data.scenes import heldout_sample
+from tools.training.evaluation.mask_scenes import KINDS, classify_inside, mask_png, scene_mask
 from workers.model.animator import Animator
 from workers.model.imaging.mask import MaskRegion, mask_region
 from workers.model.pipelines.masked import size_multiple

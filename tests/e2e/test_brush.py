@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tools.training.photos import photo_uint8
+from tools.training.data.photos import photo_uint8
 from workers.encode import encode_mp4
 
 pytestmark = pytest.mark.e2e

@@ -23,9 +23,9 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from tools.training.data import heldout_sample
-from tools.training.mask_scenes import KINDS, classify_inside, mask_png, scene_mask
-from tools.training.metrics import to_uint8
+from tools.training.data.scenes import heldout_sample
+from tools.training.evaluation.frame_metrics import to_uint8
+from tools.training.evaluation.mask_scenes import KINDS, classify_inside, mask_png, scene_mask
 from workers.encode import encode_mp4
 from workers.model.imaging.mask import mask_region
 

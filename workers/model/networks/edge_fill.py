@@ -7,7 +7,7 @@ those pixels masked out and predicts them from what is still visible; the render
 (:mod:`workers.model.pipelines.render`) upsamples its prediction for the masked region only.
 
 It loads and saves like every model here (``EdgeFill.from_pretrained(directory)``, safetensors
-weights beside a ``config.json``); ``tools/training/fill.py`` trains it.
+weights beside a ``config.json``); ``tools/training/fill/train.py`` trains it.
 """
 
 from __future__ import annotations

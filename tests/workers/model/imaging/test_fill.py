@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from tools.training.fill_eval import border, masks
-from tools.training.photos import photo_uint8
+from tools.training.data.photos import photo_uint8
+from tools.training.evaluation.fill_eval import border, masks
 from workers.model.imaging.fill import fill_unknown, nearest_known
 
 

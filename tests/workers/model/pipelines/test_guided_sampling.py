@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tools.training.distill import schedule_states
-from tools.training.model import build_scheduler
+from tools.training.base.model import build_scheduler
+from tools.training.student.distill import schedule_states
 from workers.model.pipelines.animation import AnimationPipeline
 
 
