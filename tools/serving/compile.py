@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from tools.serving.tune import base_variant
+from workers.model.pipelines.generation import GenerationParams
 from workers.model.runtime.aot import (
     AOT_DIR,
     Manifest,
@@ -42,7 +43,9 @@ def record_calls(pipe: Any, buckets: list[ShapeBucket]) -> dict[Shape, tuple[Any
     try:
         for bucket in buckets:
             image = np.full((bucket.height, bucket.width, 3), 127, dtype=np.uint8)
-            pipe(image, "pan left slowly", num_frames=bucket.frames, fps=8, num_inference_steps=1)
+            pipe(
+                image, GenerationParams("pan left slowly", bucket.frames, 8, num_inference_steps=1)
+            )
     finally:
         handle.remove()
     # Cloned outside the pipeline's inference mode: export needs ordinary tensors.

@@ -25,6 +25,7 @@ from workers.model.imaging.brush import BrushPlan
 from workers.model.imaging.templates import DEFAULT_MAX_BYTES, Features, TemplateCache
 from workers.model.pipelines.animation import StepCallback, describe
 from workers.model.pipelines.brushed import job_motion
+from workers.model.pipelines.generation import GenerationParams
 from workers.model.pipelines.masked import animate_masked, encoder, regionizer, whole_frame
 from workers.model.pipelines.render import render_job, renders
 from workers.model.pipelines.svd import SVD_CLASS, pipeline_class_name
@@ -274,8 +275,7 @@ class Animator:
         y, x = np.mgrid[0 : bucket.height, 0 : bucket.width]
         card = np.stack([x * 255 // bucket.width, y * 255 // bucket.height, (x ^ y) & 255], -1)
         with self._kernels():
-            frames: npt.NDArray[np.uint8] = self.pipeline(
-                card.astype(np.uint8),
+            params = GenerationParams(
                 "pan left slowly",
                 num_frames=bucket.frames,
                 fps=8,
@@ -283,6 +283,7 @@ class Animator:
                 image_guidance_scale=self.variant.image_guidance_scale,
                 text_guidance_scale=self.variant.text_guidance_scale,
             )
+            frames: npt.NDArray[np.uint8] = self.pipeline(card.astype(np.uint8), params)
         return frames
 
     def _kernels(self) -> contextlib.AbstractContextManager[Any]:
@@ -349,21 +350,10 @@ class Animator:
         try:
             with self._kernels(), self._addons_active(params, inputs):
                 # The U-Net at its working size, then rendered (with the brush's motion).
+                generation = GenerationParams.for_job(params, self.variant)
                 if renders(*pixels.shape[:2]) or brush is not None:
-                    pipe, variant = self.pipeline, self.variant
-                    return render_job(pipe, pixels, params, variant, on_step, brush)
-                frames: npt.NDArray[np.uint8] = self.pipeline(
-                    pixels,
-                    params.prompt,
-                    num_frames=params.frames,
-                    fps=params.fps,
-                    num_inference_steps=params.steps or self.variant.steps,
-                    image_guidance_scale=self.variant.image_guidance_scale,
-                    text_guidance_scale=self.variant.text_guidance_scale,
-                    seed=params.seed,
-                    on_step=on_step,
-                    **extra,
-                )
+                    return render_job(self.pipeline, pixels, generation, on_step, brush)
+                frames: npt.NDArray[np.uint8] = self.pipeline(pixels, generation, on_step, **extra)
         except (RuntimeError, ValueError) as error:
             raise ModelError(f"{type(error).__name__}: {error}") from error
         return frames

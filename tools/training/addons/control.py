@@ -43,6 +43,7 @@ from workers.model.addons.control_branch import (
 )
 from workers.model.addons.store import WEIGHTS_FILE
 from workers.model.pipelines.animation import AnimationPipeline
+from workers.model.pipelines.generation import GenerationParams
 
 BASE = "models/animfleet-small-distilled"
 # A clip follows its path when its measured displacement points within this of the path.
@@ -256,15 +257,16 @@ def evaluate_control(
         frames = sample.video.shape[0]
         dx, dy = sample.displacement.tolist()
         truth = (float(dx), float(dy))
+        params = GenerationParams(sample.prompt, num_frames=frames, seed=index, **run)
         hooks = ControlHooks(pipe.unet)
         try:
             with torch.no_grad():
                 mid, motion = encoder(sample.control[None])
             with hooks.activate([(Ready(Residuals(mid, motion)), 1.0)]):
-                served = pipe(image, sample.prompt, num_frames=frames, seed=index, **run)
+                served = pipe(image, params)
         finally:
             hooks.remove()
-        plain = pipe(image, sample.prompt, num_frames=frames, seed=index, **run)
+        plain = pipe(image, params)
         measured = _displacement(served)
         if truth == (0.0, 0.0):  # a blank control: the clip should stay still
             blank_moves.append(math.hypot(*measured))
@@ -305,15 +307,16 @@ def _unused_is_identical(
     a job that used it, against the base model's."""
     sample = path_sample(1000 + seed, heldout=True, size=64)
     image = np.ascontiguousarray(to_uint8(sample.video)[0])
-    plain = pipe(image, prompt, num_frames=8, seed=seed, **run)
+    params = GenerationParams(prompt, num_frames=8, seed=seed, **run)
+    plain = pipe(image, params)
     hooks = ControlHooks(pipe.unet)
     try:
-        unused = pipe(image, prompt, num_frames=8, seed=seed, **run)
+        unused = pipe(image, params)
         with torch.no_grad():
             mid, motion = encoder(sample.control[None])
         with hooks.activate([(Ready(Residuals(mid, motion)), 1.0)]):
-            pipe(image, prompt, num_frames=8, seed=seed, **run)
-        after = pipe(image, prompt, num_frames=8, seed=seed, **run)
+            pipe(image, params)
+        after = pipe(image, params)
     finally:
         hooks.remove()
     return bool(np.array_equal(plain, unused) and np.array_equal(plain, after))

@@ -37,6 +37,7 @@ from tools.training.student.distill import FPS, schedule_states
 from workers.model.addons.lora_branch import LoraBranches
 from workers.model.addons.store import TARGETS, WEIGHTS_FILE, read_addon
 from workers.model.pipelines.animation import AnimationPipeline
+from workers.model.pipelines.generation import GenerationParams
 
 BASE = "models/animfleet-small-distilled"
 
@@ -253,12 +254,12 @@ def evaluate_addon(
             "text_guidance_scale": 1.0,
             "seed": index,
         }
-        plain = pipe(image, sample.prompt, **run)
+        plain = pipe(image, GenerationParams(sample.prompt, **run))
         branches = LoraBranches(pipe.unet, TARGETS)
         try:
-            unused = pipe(image, sample.prompt, **run)
+            unused = pipe(image, GenerationParams(sample.prompt, **run))
             with branches.activate([(addon.layers, scale)]):
-                served = pipe(image, sample.prompt, **run)
+                served = pipe(image, GenerationParams(sample.prompt, **run))
         finally:
             branches.remove()
         identical &= bool(np.array_equal(plain, unused))

@@ -26,6 +26,7 @@ from tools.training.data.scenes import heldout_sample
 from tools.training.evaluation.frame_metrics import Frames, psnr, ssim, to_uint8
 from tools.training.evaluation.motion_estimate import classify, estimate
 from workers.model.pipelines.animation import AnimationPipeline
+from workers.model.pipelines.generation import GenerationParams
 
 SHEET_SAMPLES = 2  # per family in the contact sheet
 VIDEOS = 1  # MP4s per family
@@ -135,8 +136,7 @@ def run_eval(model: Path, out: Path, settings: EvalSettings) -> EvalReport:
                 sample = heldout_sample(family, index, settings.size, settings.num_frames)
                 truth = to_uint8(sample.video)
                 for steps in settings.steps:
-                    generated = pipe(
-                        np.ascontiguousarray(truth[0]),
+                    params = GenerationParams(
                         sample.prompt,
                         num_frames=settings.num_frames,
                         fps=settings.fps,
@@ -145,6 +145,7 @@ def run_eval(model: Path, out: Path, settings: EvalSettings) -> EvalReport:
                         text_guidance_scale=settings.text_guidance_scale,
                         seed=index,
                     )
+                    generated = pipe(np.ascontiguousarray(truth[0]), params)
                     label = classify(torch.from_numpy(generated))
                     results[steps][family].add(generated, truth, label is sample.motion, label)
                     bar.update(1)

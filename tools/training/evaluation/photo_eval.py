@@ -38,6 +38,7 @@ from tools.training.evaluation.frame_metrics import Frames
 from tools.training.evaluation.motion_estimate import classify
 from tools.training.fill.data import HELDOUT_PHOTOS
 from workers.model.pipelines.animation import AnimationPipeline
+from workers.model.pipelines.generation import GenerationParams
 from workers.model.pipelines.render import (
     WorkingClip,
     downsample,
@@ -183,9 +184,7 @@ def run_photo_eval(
                     (m, s) for m in motions for s in settings.speeds
                 ):
                     prompt = prompt_for(motion, speed, index + number, number)
-                    clip = predict(
-                        pipe,
-                        small,
+                    params = GenerationParams(
                         prompt,
                         settings.num_frames,
                         settings.fps,
@@ -194,6 +193,7 @@ def run_photo_eval(
                         settings.text_guidance_scale,
                         seed=number,
                     )
+                    clip = predict(pipe, small, params)
                     frames = render(image, clip)
                     worst = min(worst, frame0_psnr(frames, image))
                     family = motion.family
@@ -216,9 +216,8 @@ def run_photo_eval(
                     bar.update(1)
                 result.first_frame_db[name] = round(worst, 2)
             stars = star_field(size)
-            clip = predict(
-                pipe, downsample(stars, *working_size(size, size)), "pan left", 8, 8, 8, 1.0, 1.0
-            )
+            still = GenerationParams("pan left", 8, 8, 8, 1.0, 1.0)
+            clip = predict(pipe, downsample(stars, *working_size(size, size)), still)
             result.first_frame_db["star_field"] = round(frame0_psnr(render(stars, clip), stars), 2)
             result.seconds = time.perf_counter() - started
             if sheet:

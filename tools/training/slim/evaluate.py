@@ -38,6 +38,7 @@ from tools.training.slim.plan import (
     slim_unet,
 )
 from workers.model.pipelines.animation import AnimationPipeline
+from workers.model.pipelines.generation import GenerationParams
 
 FAMILIES = ("pan", "zoom", "rotate", "bounce", "sway")
 STUDENT = "student"
@@ -90,8 +91,7 @@ def _animate(
     pipe: AnimationPipeline, clip: Clip, frames: int
 ) -> tuple[np.ndarray[Any, Any], float]:
     started = time.perf_counter()
-    video = pipe(
-        clip.image,
+    params = GenerationParams(
         clip.prompt,
         num_frames=frames,
         fps=8,
@@ -100,6 +100,7 @@ def _animate(
         text_guidance_scale=1.0,
         seed=clip.seed,
     )
+    video = pipe(clip.image, params)
     return video, time.perf_counter() - started
 
 

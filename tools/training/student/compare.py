@@ -26,6 +26,7 @@ from tools.training.evaluation.evaluate import contact_sheet, load_pipeline
 from tools.training.evaluation.frame_metrics import Frames, psnr, ssim, to_uint8
 from tools.training.evaluation.motion_estimate import classify
 from workers.model.pipelines.animation import AnimationPipeline
+from workers.model.pipelines.generation import GenerationParams
 
 
 @dataclass(frozen=True)
@@ -106,8 +107,7 @@ def _run(
 ) -> tuple[Frames, int, float]:
     counter.count = 0
     started = time.perf_counter()
-    frames: Frames = pipe(
-        image,
+    params = GenerationParams(
         prompt,
         num_frames=settings.num_frames,
         fps=settings.fps,
@@ -116,6 +116,7 @@ def _run(
         text_guidance_scale=guidance[1],
         seed=seed,
     )
+    frames: Frames = pipe(image, params)
     return frames, counter.count, time.perf_counter() - started
 
 

@@ -25,6 +25,8 @@ from diffusers import (
 )
 from transformers import CLIPTextModel, CLIPVisionModelWithProjection, PreTrainedTokenizerBase
 
+from workers.model.pipelines.generation import GenerationParams
+
 StepCallback = Callable[[int, int], None]
 
 
@@ -201,63 +203,46 @@ class AnimationPipeline(DiffusionPipeline):
     def __call__(
         self,
         image: npt.NDArray[np.uint8],
-        prompt: str,
-        num_frames: int,
-        fps: int,
-        num_inference_steps: int = 8,
-        image_guidance_scale: float = 1.5,
-        text_guidance_scale: float = 3.0,
-        seed: int = 0,
+        params: GenerationParams,
         on_step: StepCallback | None = None,
         features: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> npt.NDArray[np.uint8]:
-        """Return ``num_frames`` RGB frames (T, H, W, 3 uint8) at the input image's size;
-        ``features``: the image's :meth:`image_features`, when computed before."""
-        latents, _ = self.generate(
-            image,
-            prompt,
-            num_frames,
-            fps,
-            num_inference_steps,
-            image_guidance_scale,
-            text_guidance_scale,
-            seed,
-            on_step,
-            features,
-        )
+        """Return ``params.num_frames`` RGB frames (T, H, W, 3 uint8) at the input image's
+        size; ``features``: the image's :meth:`image_features`, when computed before."""
+        latents, _ = self.generate(image, params, on_step, features)
         return self.decode(latents, first_frame=image)
 
     def generate(
         self,
         image: npt.NDArray[np.uint8],
-        prompt: str,
-        num_frames: int,
-        fps: int,
-        num_inference_steps: int = 8,
-        image_guidance_scale: float = 1.5,
-        text_guidance_scale: float = 3.0,
-        seed: int = 0,
+        params: GenerationParams,
         on_step: StepCallback | None = None,
         features: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, Conditions]:
         """The clean latents (1, F, C, h, w) of :meth:`__call__` before decoding, and the
         conditioning they were denoised with (the full-resolution renderer reads both)."""
+        noise, conditions, guidance = self.prepare(image, params, features)
+        latents = self.denoise(noise, conditions, guidance, params.num_inference_steps, on_step)
+        return latents, conditions
+
+    def prepare(
+        self,
+        image: npt.NDArray[np.uint8],
+        params: GenerationParams,
+        features: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, Conditions, torch.Tensor]:
+        """What the denoising loop starts from: the noise (1, F, C, h, w), the conditioning
+        and the guidance scales (1, 2). Raises ValueError for an image of the wrong size."""
         check_size(image, self.size_multiple)
         device = self.unet.device
         pixels = pixels_of(image, device)
-        conditions = self.condition(pixels, [prompt], num_frames, fps, features)
-        generator = torch.Generator().manual_seed(seed)
-        latent_shape = (
-            1,
-            num_frames,
-            self.unet.config.out_channels,
-            *conditions.latents.shape[-2:],
-        )
+        frames = params.num_frames
+        conditions = self.condition(pixels, [params.prompt], frames, params.fps, features)
+        generator = torch.Generator().manual_seed(params.seed)
+        latent_shape = (1, frames, self.unet.config.out_channels, *conditions.latents.shape[-2:])
         # Drawn on the CPU: a seed gives the same noise on every device.
         noise = torch.randn(latent_shape, generator=generator).to(device)
-        guidance = torch.tensor([[image_guidance_scale, text_guidance_scale]], device=device)
-        latents = self.denoise(noise, conditions, guidance, num_inference_steps, on_step)
-        return latents, conditions
+        return noise, conditions, params.guidance(device)
 
     def decode(
         self, latents: torch.Tensor, first_frame: npt.NDArray[np.uint8] | None = None

@@ -17,7 +17,7 @@ operations per output pixel. Rendering is a separate step after the model, so la
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -25,11 +25,11 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from animfleet.jobs import JobParams
 from workers.model.imaging.brush import BrushPlan
 from workers.model.imaging.fill import fill_replicated
 from workers.model.networks.motion_unet import MotionUNet, pixel_centres, warp
 from workers.model.pipelines.animation import AnimationPipeline, Conditions, StepCallback
+from workers.model.pipelines.generation import GenerationParams
 
 # The long side the U-Net runs at for a larger request: the shipped models' training size.
 WORKING_SIDE = 64
@@ -65,17 +65,6 @@ def downsample(image: npt.NDArray[np.uint8], height: int, width: int) -> npt.NDA
     """The image at (height, width), antialiased (PIL's resampling widens its filter)."""
     small = Image.fromarray(image).resize((width, height), Image.Resampling.BICUBIC)
     return np.array(small, dtype=np.uint8)
-
-
-class Served(Protocol):
-    """What a job runs with besides its own parameters (the worker's ``Variant``)."""
-
-    @property
-    def steps(self) -> int: ...
-    @property
-    def image_guidance_scale(self) -> float: ...
-    @property
-    def text_guidance_scale(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -129,31 +118,15 @@ def final_flow(
 def predict(
     pipe: AnimationPipeline,
     image: npt.NDArray[np.uint8],
-    prompt: str,
-    num_frames: int,
-    fps: int,
-    num_inference_steps: int,
-    image_guidance_scale: float,
-    text_guidance_scale: float,
-    seed: int = 0,
+    params: GenerationParams,
     on_step: StepCallback | None = None,
 ) -> WorkingClip:
     """Run the model on ``image`` (at the working size) and split its clip into flow and
     residual; the frames are exactly those ``pipe(...)`` returns before rounding."""
-    latents, conditions = pipe.generate(
-        image,
-        prompt,
-        num_frames,
-        fps,
-        num_inference_steps,
-        image_guidance_scale,
-        text_guidance_scale,
-        seed,
-        on_step,
-    )
+    latents, conditions = pipe.generate(image, params, on_step)
     if not bool(torch.isfinite(latents).all()):
         raise ValueError("the denoiser produced non-finite latents (NaN or inf)")
-    guidance = torch.tensor([[image_guidance_scale, text_guidance_scale]], device=latents.device)
+    guidance = params.guidance(latents.device)
     return split_clip(latents, conditions, final_flow(pipe, latents, conditions, guidance))
 
 
@@ -271,8 +244,7 @@ def upscale(frames: npt.NDArray[np.uint8], height: int, width: int) -> npt.NDArr
 def render_job(
     pipe: object,
     image: npt.NDArray[np.uint8],
-    params: JobParams,
-    variant: Served,
+    params: GenerationParams,
     on_step: StepCallback | None = None,
     brush: BrushPlan | None = None,
 ) -> npt.NDArray[np.uint8]:
@@ -282,36 +254,12 @@ def render_job(
     upscaled instead, the brush then moving each frame's pixels."""
     height, width = image.shape[:2]
     small = downsample(image, *working_size(height, width))
-    steps = params.steps or variant.steps
-    image_guidance_scale = variant.image_guidance_scale
-    text_guidance_scale = variant.text_guidance_scale
     if isinstance(pipe, AnimationPipeline) and isinstance(pipe.unet, MotionUNet):
-        clip = predict(
-            pipe,
-            small,
-            params.prompt,
-            params.frames,
-            params.fps,
-            steps,
-            image_guidance_scale,
-            text_guidance_scale,
-            params.seed,
-            on_step,
-        )
+        clip = predict(pipe, small, params, on_step)
         if brush is None:
             return render(image, clip)
         return render(image, still_camera(clip), brush=brush)
-    frames: npt.NDArray[np.uint8] = pipe(  # type: ignore[operator]
-        small,
-        params.prompt,
-        num_frames=params.frames,
-        fps=params.fps,
-        num_inference_steps=steps,
-        image_guidance_scale=image_guidance_scale,
-        text_guidance_scale=text_guidance_scale,
-        seed=params.seed,
-        on_step=on_step,
-    )
+    frames: npt.NDArray[np.uint8] = pipe(small, params, on_step)  # type: ignore[operator]
     frames = upscale(frames, height, width)
     return frames if brush is None else moved(frames, brush)
 

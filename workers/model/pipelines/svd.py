@@ -19,6 +19,7 @@ from diffusers import StableVideoDiffusionPipeline
 from PIL import Image
 
 from workers.model.pipelines.animation import StepCallback, check_size
+from workers.model.pipelines.generation import GenerationParams
 
 SVD_CLASS = "StableVideoDiffusionPipeline"
 
@@ -53,23 +54,16 @@ class SVDAnimation:
     def __call__(
         self,
         image: npt.NDArray[np.uint8],
-        prompt: str,
-        num_frames: int,
-        fps: int,
-        num_inference_steps: int = 25,
-        image_guidance_scale: float = 3.0,
-        text_guidance_scale: float = 0.0,
-        seed: int = 0,
+        params: GenerationParams,
         on_step: StepCallback | None = None,
     ) -> npt.NDArray[np.uint8]:
-        """Frames (T, H, W, 3 uint8); ``prompt`` and ``text_guidance_scale`` are not used."""
-        del prompt, text_guidance_scale
+        """Frames (T, H, W, 3 uint8); the prompt and the text guidance scale are not used."""
         check_size(image, self.size_multiple)
         height, width = image.shape[:2]
 
         def step_end(_: Any, index: int, __: Any, tensors: dict[str, Any]) -> dict[str, Any]:
             if on_step is not None:
-                on_step(index + 1, num_inference_steps)
+                on_step(index + 1, params.num_inference_steps)
             return tensors
 
         with torch.inference_mode():
@@ -77,13 +71,13 @@ class SVDAnimation:
                 Image.fromarray(image),
                 height=height,
                 width=width,
-                num_frames=num_frames,
-                num_inference_steps=num_inference_steps,
+                num_frames=params.num_frames,
+                num_inference_steps=params.num_inference_steps,
                 min_guidance_scale=1.0,
-                max_guidance_scale=image_guidance_scale,
-                fps=fps,
-                decode_chunk_size=num_frames,
-                generator=torch.Generator().manual_seed(seed),
+                max_guidance_scale=params.image_guidance_scale,
+                fps=params.fps,
+                decode_chunk_size=params.num_frames,
+                generator=torch.Generator().manual_seed(params.seed),
                 output_type="np",
                 callback_on_step_end=step_end,
             ).frames[0]

@@ -6,6 +6,7 @@ import torch
 
 from tools.training.base.train import TrainConfig, Trainer
 from workers.model.pipelines.animation import AnimationPipeline
+from workers.model.pipelines.generation import GenerationParams
 
 TINY = TrainConfig(batch_size=2, size=16, warmup_steps=2, block_out_channels=(8, 16))
 
@@ -41,7 +42,7 @@ def test_export_loads_with_from_pretrained_and_animates(tmp_path: Path) -> None:
     trainer.export(tmp_path / "model")
     pipe = AnimationPipeline.from_pretrained(str(tmp_path / "model"))
     image = np.random.default_rng(0).integers(0, 256, (16, 24, 3), dtype=np.uint8)
-    frames = pipe(image, "zoom in", num_frames=4, fps=8, num_inference_steps=2)
+    frames = pipe(image, GenerationParams("zoom in", 4, 8, num_inference_steps=2))
     assert frames.shape == (4, 16, 24, 3) and frames.dtype == np.uint8
     assert pipe.scheduler.config.prediction_type == "sample"
 

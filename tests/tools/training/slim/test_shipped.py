@@ -7,6 +7,7 @@ import numpy as np
 
 from animfleet.models import MODELS_DIR, resolve_model
 from workers.model.pipelines.animation import AnimationPipeline
+from workers.model.pipelines.generation import GenerationParams
 
 SLIM_DIR = MODELS_DIR / "animfleet-small-slim"
 
@@ -18,7 +19,7 @@ def test_the_shipped_slim_student_loads_by_name_and_animates() -> None:
     assert sum(p.numel() for p in pipe.unet.parameters()) < 1_288_146
     pipe.set_progress_bar_config(disable=True)
     image = np.random.default_rng(0).integers(0, 256, (32, 32, 3), dtype=np.uint8)
-    frames = pipe(image, "pan left", num_frames=4, fps=8, num_inference_steps=2)
+    frames = pipe(image, GenerationParams("pan left", 4, 8, num_inference_steps=2))
     assert frames.shape == (4, 32, 32, 3) and frames.dtype == np.uint8
 
 

@@ -17,6 +17,7 @@ from animfleet.jobs import JobParams
 from animfleet.models import SHIPPED_STUDENT_DIR
 from workers.model.addons.store import AddonError, AddonStore, available, read_addon
 from workers.model.animator import Animator, ModelError
+from workers.model.pipelines.generation import GenerationParams
 
 BASE = "base-model"
 
@@ -96,14 +97,7 @@ def test_the_student_serves_its_addons_and_stays_bit_identical_without(
     image = _image()
     pipe = load_pipeline(SHIPPED_STUDENT_DIR, student.variant)  # never had a branch
     reference = pipe(
-        prepare_image(image, 32, 32),
-        "still",
-        num_frames=4,
-        fps=8,
-        num_inference_steps=2,
-        image_guidance_scale=student.variant.image_guidance_scale,
-        text_guidance_scale=student.variant.text_guidance_scale,
-        seed=1,
+        prepare_image(image, 32, 32), GenerationParams.for_job(params, student.variant)
     )
     shaken = student.animate(image, params.model_copy(update={"addons": (AddonUse(name="shake"),)}))
     assert not np.array_equal(shaken, reference)

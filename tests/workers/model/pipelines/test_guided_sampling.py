@@ -10,6 +10,7 @@ import torch
 from tools.training.base.model import build_scheduler
 from tools.training.student.distill import schedule_states
 from workers.model.pipelines.animation import AnimationPipeline
+from workers.model.pipelines.generation import GenerationParams
 
 
 def count_rows(pipe: AnimationPipeline) -> list[int]:
@@ -24,7 +25,7 @@ def test_the_teacher_makes_three_passes_per_step(shipped_model: Path) -> None:
     pipe = AnimationPipeline.from_pretrained(str(shipped_model.parent / "animfleet-small"))
     rows = count_rows(pipe)
     image = np.full((32, 32, 3), 100, dtype=np.uint8)
-    pipe(image, "pan left", num_frames=4, fps=8, num_inference_steps=5)
+    pipe(image, GenerationParams("pan left", 4, 8, num_inference_steps=5))
     assert rows == [3] * 5 and pipe.passes_per_step == 3
 
 

@@ -17,6 +17,7 @@ from animfleet.jobs import JobParams
 from animfleet.models import SHIPPED_STUDENT_DIR
 from workers.model.animator import Animator
 from workers.model.networks.edge_fill import EdgeFill
+from workers.model.pipelines.generation import GenerationParams
 from workers.model.pipelines.render import (
     WorkingClip,
     downsample,
@@ -115,8 +116,9 @@ def student() -> object:
 def test_the_shipped_model_renders_at_512_with_its_own_motion(student: object) -> None:
     image = _photo(512, 512)
     small = downsample(image, 64, 64)
-    clip = predict(student, small, "pan left", 4, 8, 4, 1.0, 1.0, seed=0)  # type: ignore[arg-type]
-    plain = student(small, "pan left", 4, 8, 4, 1.0, 1.0, seed=0)  # type: ignore[operator]
+    params = GenerationParams("pan left", 4, 8, 4, 1.0, 1.0, seed=0)
+    clip = predict(student, small, params)  # type: ignore[arg-type]
+    plain = student(small, params)  # type: ignore[operator]
     # The working clip is the plain pipeline's, but for frame 0, which the pipeline pins to
     # the input.
     assert np.array_equal(to_uint8(clip.frames)[1:], plain[1:])
@@ -135,7 +137,8 @@ def test_a_dark_sparse_image_keeps_its_first_frame(student: object) -> None:
     rng = np.random.default_rng(1)
     for y, x in rng.integers(0, 254, (150, 2)):
         stars[y : y + 2, x : x + 2] = 230
-    clip = predict(student, downsample(stars, 64, 64), "zoom out", 3, 8, 4, 1.0, 1.0)  # type: ignore[arg-type]
+    params = GenerationParams("zoom out", 3, 8, 4, 1.0, 1.0)
+    clip = predict(student, downsample(stars, 64, 64), params)  # type: ignore[arg-type]
     assert np.array_equal(render(stars, clip)[0], stars)
 
 
