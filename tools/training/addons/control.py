@@ -14,25 +14,23 @@ per job) on held-out scenes and paths: the clip's measured displacement against 
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
 from tqdm import tqdm
 
 from tools.training.addons.control_data import path_sample
-from tools.training.addons.lora import noised, write_summary
+from tools.training.addons.lora import every_level, noised, save_addon, warm_cosine, write_summary
 from tools.training.data.motions import Motion
 from tools.training.evaluation.evaluate import load_pipeline
 from tools.training.evaluation.frame_metrics import to_uint8
 from tools.training.evaluation.motion_estimate import estimate
-from tools.training.loop import CHECKPOINT, RunState, run_config, run_steps, write_checkpoint
+from tools.training.loop import RunState, TrainingRun, run_config
 from tools.training.student.distill import FPS, schedule_states
 from workers.model.addons.control_branch import (
     ControlHooks,
@@ -41,7 +39,6 @@ from workers.model.addons.control_branch import (
     encoder_for,
     read_control,
 )
-from workers.model.addons.store import WEIGHTS_FILE
 from workers.model.pipelines.animation import AnimationPipeline
 from workers.model.pipelines.generation import GenerationParams
 
@@ -73,36 +70,45 @@ class ControlConfig:
     aux_weight: float = 1.0
 
 
-class ControlTrainer:
-    """The branch's resumable run in ``run_dir``: the frozen student with the branch hooked."""
+class ControlTrainer(TrainingRun[ControlConfig, RunState, AnimationPipeline]):
+    """The branch's resumable run in ``run_dir``: the frozen student with the branch hooked,
+    exported as trained (no EMA copy)."""
 
     def __init__(self, run_dir: Path, config: ControlConfig | None = None) -> None:
-        self.run_dir = run_dir
-        self.config = cfg = run_config(run_dir, config, ControlConfig)
+        cfg = run_config(run_dir, config, ControlConfig)
+        self.desc = f"addon {cfg.name}"
         torch.manual_seed(cfg.seed)
-        self.pipe = load_pipeline(Path(cfg.base))
-        self.pipe.unet.requires_grad_(False)
-        self.pipe.text_encoder.requires_grad_(False)
-        self.encoder = encoder_for(self.pipe.unet, cfg.width)
-        self.hooks = ControlHooks(self.pipe.unet)
+        pipe = load_pipeline(Path(cfg.base))
+        pipe.unet.requires_grad_(False)
+        pipe.text_encoder.requires_grad_(False)
+        self.encoder = encoder_for(pipe.unet, cfg.width)
+        self.hooks = ControlHooks(pipe.unet)
         self.aux = torch.nn.Linear(self.encoder.zero_motion.in_features, 2)  # not exported
-        self.optimizer = torch.optim.AdamW(
-            [*self.encoder.parameters(), *self.aux.parameters()],
-            lr=cfg.learning_rate,
-            weight_decay=0.0,
-        )
-        self.schedule = schedule_states(self.pipe.scheduler, 8)
-        alphas = self.pipe.scheduler.alphas_cumprod.float()
-        self.every = (torch.arange(len(alphas)), alphas.sqrt(), (1 - alphas).sqrt())
-        self.state = RunState()
-        if (run_dir / CHECKPOINT).exists():
-            payload = torch.load(run_dir / CHECKPOINT, weights_only=False)
-            self.encoder.load_state_dict(payload["encoder"])
-            self.aux.load_state_dict(payload["aux"])
-            self.optimizer.load_state_dict(payload["optimizer"])
-            saved = payload["state"]
-            losses = [(int(s), float(v)) for s, v in saved["losses"]]
-            self.state = RunState(saved["step"], saved["seconds"], losses)
+        self.pools = (schedule_states(pipe.scheduler, 8), every_level(pipe.scheduler))
+        super().__init__(run_dir, cfg, pipe, None, RunState(), weight_decay=0.0)
+
+    def _trained(self, model: AnimationPipeline) -> list[torch.nn.Module]:
+        return [self.encoder, self.aux]  # beside the model, which stays frozen
+
+    def _checkpoint(self) -> dict[str, Any]:
+        return {"encoder": self.encoder.state_dict(), "aux": self.aux.state_dict()}
+
+    def _restore(self, payload: dict[str, Any]) -> None:
+        self.encoder.load_state_dict(payload["encoder"])
+        self.aux.load_state_dict(payload["aux"])
+
+    def _learning_rate(self, step: int) -> float:
+        # Warm-up and cosine decay over each stage (pretraining, then the joint training).
+        pre = self.config.pretrain_steps
+        start, span = (0, pre) if step < pre else (pre, self.config.steps - pre)
+        return self.config.learning_rate * warm_cosine(step - start, span)
+
+    def _loss_plot(self) -> dict[str, str]:
+        return {
+            "ylabel": "path MSE, then x0 + 30 flow + path MSE",
+            "title": f"add-on {self.config.name}: pretraining to step "
+            f"{self.config.pretrain_steps}, then through the student",
+        }
 
     def aux_loss(self, controls: torch.Tensor, displacements: torch.Tensor) -> torch.Tensor:
         """How far the encoder's pooled features are from telling each path's displacement."""
@@ -130,14 +136,14 @@ class ControlTrainer:
         video = torch.stack([s.video for s in samples])
         flows = torch.stack([s.flow for s in samples])
         controls = torch.stack([s.control for s in samples])
-        noisy, timesteps = noised(video, (self.schedule, self.every), cfg.seed, step)
+        noisy, timesteps = noised(video, self.pools, cfg.seed, step)
         with torch.no_grad():
-            conditions = self.pipe.condition(
+            conditions = self.model.condition(
                 video[:, 0], [sample.prompt for sample in samples], cfg.num_frames, FPS
             )
         mid, motion = self.encoder(controls)
         with self.hooks.activate([(Ready(Residuals(mid, motion)), 1.0)]):
-            output = self.pipe.unet(
+            output = self.model.unet(
                 torch.cat([noisy, conditions.latents], dim=2),
                 timesteps,
                 encoder_hidden_states=conditions.context,
@@ -151,76 +157,25 @@ class ControlTrainer:
         )
         return loss
 
-    def train_step(self) -> float:
-        """One optimiser step; returns its loss."""
-        step = self.state.step
-        # Warm-up and cosine decay over each stage (pretraining, then the joint training).
-        pre = self.config.pretrain_steps
-        start, span = (0, pre) if step < pre else (pre, self.config.steps - pre)
-        warm = min(1.0, (step - start + 1) / 20)
-        decay = 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - start) / max(span, 1)))
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.config.learning_rate * warm * decay
-        self.optimizer.zero_grad(set_to_none=True)
-        value = self.loss(step)
-        value.backward()  # type: ignore[no-untyped-call]
-        torch.nn.utils.clip_grad_norm_([*self.encoder.parameters(), *self.aux.parameters()], 1.0)
-        self.optimizer.step()
-        self.state.step += 1
-        return value.item()
-
-    def save(self) -> None:
-        """Checkpoint atomically, with the loss curve."""
-        from tools.training.plots import plot_loss
-
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.json").write_text(json.dumps(asdict(self.config), indent=2))
-        payload = {
-            "encoder": self.encoder.state_dict(),
-            "aux": self.aux.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "state": asdict(self.state),
-        }
-        write_checkpoint(self.run_dir, payload)
-        if self.state.losses:
-            plot_loss(
-                self.state.losses,
-                self.run_dir / "loss.png",
-                ylabel="path MSE, then x0 + 30 flow + path MSE",
-                title=f"add-on {self.config.name}: pretraining to step "
-                f"{self.config.pretrain_steps}, then through the student",
-            )
-
     def train(self, minutes: float | None = None) -> None:
         """Train to ``config.steps`` (or ``minutes`` of this stretch), checkpointing."""
         self.encoder.train()
-        run_steps(
-            self.state,
-            self.config.steps,
-            self.train_step,
-            self.save,
-            total=self.config.steps,
-            desc=f"addon {self.config.name}",
-            minutes=minutes,
-            checkpoint_every=50,
-        )
+        self._run(self.loss, self.config.steps, self.config.steps, minutes, checkpoint_every=50)
 
-    def export(self, directory: Path) -> Path:
-        """Write ``addon.safetensors`` (the branch's weights, ``kind: control``) and the loss
-        curve."""
-        cfg = self.config
-        directory.mkdir(parents=True, exist_ok=True)
-        weights = {k: v.detach().contiguous() for k, v in self.encoder.state_dict().items()}
+    def _write_weights(self, directory: Path) -> None:
+        """``addon.safetensors``: the branch's weights, ``kind: control``."""
         metadata = {
             "format": "animfleet-addon",
             "kind": "control",
-            "base": Path(cfg.base).name,
+            "base": Path(self.config.base).name,
             "control": "motion path: a stroke fading in from start to end, light on dark",
-            "width": str(cfg.width),
+            "width": str(self.config.width),
         }
-        save_file(weights, str(directory / WEIGHTS_FILE), metadata=metadata)
-        write_summary(directory, self.run_dir, self.state, weights, asdict(cfg))
-        return directory
+        save_addon(directory, self.encoder.state_dict(), metadata)
+
+    def _describe(self, directory: Path) -> None:
+        parameters = sum(v.numel() for v in self.encoder.state_dict().values())
+        write_summary(directory, self.state, parameters, self.config)
 
 
 def angle_error(measured: tuple[float, float], truth: tuple[float, float]) -> float:

@@ -32,7 +32,7 @@ from tools.training.data.addon_motions import AddonMotion, addon_sample
 from tools.training.evaluation.evaluate import load_pipeline
 from tools.training.evaluation.frame_metrics import to_uint8
 from tools.training.evaluation.motion_estimate import classify_with_addons
-from tools.training.loop import CHECKPOINT, RunState, run_config, run_steps, write_checkpoint
+from tools.training.loop import RunState, TrainingRun, run_config
 from tools.training.student.distill import FPS, schedule_states
 from workers.model.addons.lora_branch import LoraBranches
 from workers.model.addons.store import TARGETS, WEIGHTS_FILE, read_addon
@@ -61,41 +61,51 @@ class AddonConfig:
     targets: tuple[str, ...] = field(default_factory=lambda: TARGETS)
 
 
-class AddonTrainer:
-    """One add-on's resumable run in ``run_dir``: the frozen student with a peft LoRA."""
+class AddonTrainer(TrainingRun[AddonConfig, RunState, AnimationPipeline]):
+    """One add-on's resumable run in ``run_dir``: the frozen student with a peft LoRA, exported
+    as trained (no EMA copy)."""
+
+    weights_key = "lora"
 
     def __init__(self, run_dir: Path, config: AddonConfig | None = None) -> None:
-        self.run_dir = run_dir
-        self.config = cfg = run_config(run_dir, config, AddonConfig)
+        cfg = run_config(run_dir, config, AddonConfig)
         self.motion = AddonMotion(cfg.motion)
+        self.desc = f"addon {self.motion.value}"
         torch.manual_seed(cfg.seed)
-        self.pipe = load_pipeline(Path(cfg.base))
-        unet = self.pipe.unet
-        unet.requires_grad_(False)
-        self.pipe.text_encoder.requires_grad_(False)
+        pipe = load_pipeline(Path(cfg.base))
+        pipe.unet.requires_grad_(False)
+        pipe.text_encoder.requires_grad_(False)
         lora = LoraConfig(
             r=cfg.rank,
             lora_alpha=int(cfg.alpha),
             target_modules=list(cfg.targets),
             init_lora_weights=True,
         )
-        inject_adapter_in_model(lora, unet)
-        self.params = [p for name, p in unet.named_parameters() if "lora_" in name]
-        for param in self.params:
+        inject_adapter_in_model(lora, pipe.unet)
+        self.pools = (schedule_states(pipe.scheduler, 8), every_level(pipe.scheduler))
+        super().__init__(run_dir, cfg, pipe, None, RunState(), weight_decay=0.0)
+
+    def _trained(self, model: AnimationPipeline) -> list[torch.nn.Module]:
+        return [model.unet]
+
+    def _parameters(self) -> list[torch.nn.Parameter]:
+        params = [p for name, p in self.model.unet.named_parameters() if "lora_" in name]
+        for param in params:
             param.requires_grad_(True)
-        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.learning_rate, weight_decay=0.0)
-        timesteps, alpha, sigma = schedule_states(self.pipe.scheduler, 8)
-        self.schedule = (timesteps, alpha, sigma)
-        alphas = self.pipe.scheduler.alphas_cumprod.float()
-        self.every = (torch.arange(len(alphas)), alphas.sqrt(), (1 - alphas).sqrt())
-        self.state = RunState()
-        if (run_dir / CHECKPOINT).exists():
-            payload = torch.load(run_dir / CHECKPOINT, weights_only=False)
-            unet.load_state_dict(payload["lora"], strict=False)
-            self.optimizer.load_state_dict(payload["optimizer"])
-            saved = payload["state"]
-            losses = [(int(s), float(v)) for s, v in saved["losses"]]
-            self.state = RunState(saved["step"], saved["seconds"], losses)
+        return params
+
+    def _pack(self, model: AnimationPipeline) -> Any:
+        return {k: v for k, v in model.unet.state_dict().items() if "lora_" in k}
+
+    def _unpack(self, model: AnimationPipeline, saved: Any) -> None:
+        model.unet.load_state_dict(saved, strict=False)
+
+    def _learning_rate(self, step: int) -> float:
+        return self.config.learning_rate * warm_cosine(step, self.config.steps)
+
+    def _loss_plot(self) -> dict[str, str]:
+        title = f"add-on {self.motion.value}: LoRA training loss"
+        return {"ylabel": "x0 MSE + flow MSE", "title": title}
 
     def loss(self, step: int) -> torch.Tensor:
         """The loss of training step ``step`` (its clips, noise and levels fixed by the step)."""
@@ -106,12 +116,12 @@ class AddonTrainer:
         ]
         video = torch.stack([s.video for s in samples])
         flows = torch.stack([s.flow for s in samples])
-        noisy, timesteps = noised(video, (self.schedule, self.every), cfg.seed, step)
+        noisy, timesteps = noised(video, self.pools, cfg.seed, step)
         with torch.no_grad():
-            conditions = self.pipe.condition(
+            conditions = self.model.condition(
                 video[:, 0], [sample.prompt for sample in samples], cfg.num_frames, FPS
             )
-        output = self.pipe.unet(
+        output = self.model.unet(
             torch.cat([noisy, conditions.latents], dim=2),
             timesteps,
             encoder_hidden_states=conditions.context,
@@ -122,63 +132,15 @@ class AddonTrainer:
         )
         return loss
 
-    def train_step(self) -> float:
-        """One optimiser step; returns its loss."""
-        step = self.state.step
-        warm = min(1.0, (step + 1) / 20)
-        decay = 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / self.config.steps))
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.config.learning_rate * warm * decay
-        self.optimizer.zero_grad(set_to_none=True)
-        value = self.loss(step)
-        value.backward()  # type: ignore[no-untyped-call]
-        torch.nn.utils.clip_grad_norm_(self.params, 1.0)
-        self.optimizer.step()
-        self.state.step += 1
-        return value.item()
-
-    def save(self) -> None:
-        """Checkpoint atomically, with the loss curve."""
-        from tools.training.plots import plot_loss
-
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.json").write_text(json.dumps(asdict(self.config), indent=2))
-        lora = {k: v for k, v in self.pipe.unet.state_dict().items() if "lora_" in k}
-        payload = {
-            "lora": lora,
-            "optimizer": self.optimizer.state_dict(),
-            "state": asdict(self.state),
-        }
-        write_checkpoint(self.run_dir, payload)
-        if self.state.losses:
-            plot_loss(
-                self.state.losses,
-                self.run_dir / "loss.png",
-                ylabel="x0 MSE + flow MSE",
-                title=f"add-on {self.motion.value}: LoRA training loss",
-            )
-
     def train(self, minutes: float | None = None) -> None:
         """Train to ``config.steps`` (or ``minutes`` of this stretch), checkpointing."""
-        self.pipe.unet.train()
-        run_steps(
-            self.state,
-            self.config.steps,
-            self.train_step,
-            self.save,
-            total=self.config.steps,
-            desc=f"addon {self.motion.value}",
-            minutes=minutes,
-            checkpoint_every=50,
-        )
+        self.model.unet.train()
+        self._run(self.loss, self.config.steps, self.config.steps, minutes, checkpoint_every=50)
 
-    def export(self, directory: Path) -> Path:
-        """Write ``addon.safetensors`` (peft-named LoRA weights, metadata) and the loss curve."""
+    def _write_weights(self, directory: Path) -> None:
+        """``addon.safetensors``: the peft-named LoRA weights, with their metadata."""
         cfg = self.config
-        directory.mkdir(parents=True, exist_ok=True)
-        weights = {
-            k: v.detach().contiguous() for k, v in get_peft_model_state_dict(self.pipe.unet).items()
-        }
+        weights = get_peft_model_state_dict(self.model.unet)
         metadata = {
             "format": "animfleet-addon",
             "base": Path(cfg.base).name,
@@ -186,9 +148,30 @@ class AddonTrainer:
             "rank": str(cfg.rank),
             "alpha": str(cfg.alpha),
         }
-        save_file(weights, str(directory / WEIGHTS_FILE), metadata=metadata)
-        write_summary(directory, self.run_dir, self.state, weights, asdict(cfg))
-        return directory
+        save_addon(directory, weights, metadata)
+
+    def _describe(self, directory: Path) -> None:
+        lora = self._pack(self.model)
+        write_summary(directory, self.state, sum(v.numel() for v in lora.values()), self.config)
+
+
+def warm_cosine(step: int, span: int) -> float:
+    """The learning rate's factor at ``step`` of ``span``: a 20-step warm-up, then a cosine
+    decay to a tenth."""
+    warm = min(1.0, (step + 1) / 20)
+    return warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / max(span, 1))))
+
+
+def every_level(scheduler: Any) -> Levels:
+    """Every training timestep of ``scheduler`` with its signal and noise scales."""
+    alphas = scheduler.alphas_cumprod.float()
+    return torch.arange(len(alphas)), alphas.sqrt(), (1 - alphas).sqrt()
+
+
+def save_addon(directory: Path, weights: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
+    """``addon.safetensors`` in ``directory``: ``weights`` with the add-on's ``metadata``."""
+    tensors = {k: v.detach().contiguous() for k, v in weights.items()}
+    save_file(tensors, str(directory / WEIGHTS_FILE), metadata=metadata)
 
 
 Levels = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # timesteps, a, s: x = a x0 + s e
@@ -212,22 +195,14 @@ def noised(
     return a * video + s * torch.randn(video.shape, generator=generator), timesteps
 
 
-def write_summary(
-    directory: Path,
-    run_dir: Path,
-    state: RunState,
-    weights: dict[str, torch.Tensor],
-    config: dict[str, Any],
-) -> None:
-    """An exported add-on's ``training.json`` (steps, seconds, size, config) and loss plot."""
-    if (run_dir / "loss.png").exists():
-        (directory / "loss.png").write_bytes((run_dir / "loss.png").read_bytes())
+def write_summary(directory: Path, state: RunState, parameters: int, config: Any) -> None:
+    """An exported add-on's ``training.json``: steps, seconds, size and config."""
     summary = {
         "steps": state.step,
         "train_seconds": round(state.seconds, 1),
-        "parameters": sum(v.numel() for v in weights.values()),
+        "parameters": parameters,
         "bytes": (directory / WEIGHTS_FILE).stat().st_size,
-        "config": config,
+        "config": asdict(config),
     }
     (directory / "training.json").write_text(json.dumps(summary, indent=2) + "\n")
 

@@ -44,7 +44,7 @@ class TrainConfig:
     decay_steps: int = 2000
 
 
-class Trainer(TrainingRun[TrainConfig, RunState]):
+class Trainer(TrainingRun[TrainConfig, RunState, AnimationPipeline]):
     """Trains the small pipeline's U-Net and text encoder on denoising with flow supervision."""
 
     def __init__(self, run_dir: Path, config: TrainConfig | None = None) -> None:
@@ -90,7 +90,7 @@ class Trainer(TrainingRun[TrainConfig, RunState]):
         image = video[:, :1] * (~drop_all).float().view(-1, 1, 1, 1, 1)
         sample = torch.cat([noisy, image.expand_as(video)], dim=2)
         context = self._context(prompts)
-        output = self.pipe.unet(sample, timesteps, encoder_hidden_states=context)
+        output = self.model.unet(sample, timesteps, encoder_hidden_states=context)
         # The generator knows each clip's true flow: supervising the flow head with it (where the
         # model sees both image and prompt) teaches motion directly, while warping gradients
         # alone reach only about a pixel.
@@ -100,7 +100,7 @@ class Trainer(TrainingRun[TrainConfig, RunState]):
         return loss
 
     def _context(self, prompts: list[str]) -> torch.Tensor:
-        tokenizer = self.pipe.tokenizer
+        tokenizer = self.model.tokenizer
         ids = tokenizer(
             prompts,
             padding="max_length",
@@ -108,7 +108,7 @@ class Trainer(TrainingRun[TrainConfig, RunState]):
             truncation=True,
             return_tensors="pt",
         ).input_ids
-        text = self.pipe.text_encoder(ids).last_hidden_state
+        text = self.model.text_encoder(ids).last_hidden_state
         return torch.cat([torch.zeros_like(text[:, :1]), text], dim=1)  # token 0: image slot
 
     def _learning_rate(self, step: int) -> float:
@@ -129,8 +129,8 @@ class Trainer(TrainingRun[TrainConfig, RunState]):
             "steps": self.state.step,
             "train_seconds": round(self.state.seconds, 1),
             "parameters": {
-                "unet": sum(p.numel() for p in self.ema.unet.parameters()),
-                "text_encoder": sum(p.numel() for p in self.ema.text_encoder.parameters()),
+                "unet": sum(p.numel() for p in self.exported.unet.parameters()),
+                "text_encoder": sum(p.numel() for p in self.exported.text_encoder.parameters()),
             },
             "config": asdict(self.config),
         }

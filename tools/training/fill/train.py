@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any, ClassVar
 
 import torch
 
 from tools.training.fill.data import FillBatch, FillData
-from tools.training.loop import CHECKPOINT, RunState, run_steps, update_ema, write_checkpoint
+from tools.training.loop import RunState, TrainingRun, run_config
 from workers.model.networks.edge_fill import EdgeFill
 
 
@@ -39,37 +39,36 @@ def masked_mse(out: torch.Tensor, batch: FillBatch) -> torch.Tensor:
     return squared / (3 * weight.sum()).clamp(min=1)
 
 
-class FillRun:
-    """The resumable training run in ``run_dir``."""
+class FillRun(TrainingRun[FillConfig, RunState, EdgeFill]):
+    """The resumable training run in ``run_dir``; its checkpoint also holds the data's
+    generator, so a resumed run draws the batches an uninterrupted one would."""
+
+    desc = "train-fill"
+    loss_format = ".5f"
+    plot_labels: ClassVar[dict[str, str]] = {
+        "ylabel": "MSE on pixels coming into view",
+        "title": "animfleet-edge-fill training loss",
+    }
+    bare_weights = True
 
     def __init__(self, run_dir: Path, config: FillConfig) -> None:
-        self.run_dir = run_dir
-        saved = run_dir / "config.json"
-        if saved.exists():
-            found = FillConfig(**json.loads(saved.read_text()))
-            if found != config:
-                raise ValueError(f"{run_dir} was started with another config: {asdict(found)}")
-        self.config = config
+        config = run_config(run_dir, config, FillConfig)
         torch.manual_seed(config.seed)
-        self.model = EdgeFill(channels=config.channels)
-        self.ema = EdgeFill(channels=config.channels)
-        self.ema.load_state_dict(self.model.state_dict())
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.learning_rate)
-        self.state = RunState()
+        model = EdgeFill(channels=config.channels)
+        ema = EdgeFill(channels=config.channels)
         self.data = FillData(config.size)
         self.generator = torch.Generator().manual_seed(config.seed)
-        if (run_dir / CHECKPOINT).exists():
-            payload = torch.load(run_dir / CHECKPOINT, weights_only=False)
-            self.model.load_state_dict(payload["model"])
-            self.ema.load_state_dict(payload["ema"])
-            self.optimizer.load_state_dict(payload["optimizer"])
-            self.generator.set_state(payload["generator"])
-            state = payload["state"]
-            self.state = RunState(
-                step=state["step"],
-                seconds=state["seconds"],
-                losses=[(int(s), float(v)) for s, v in state["losses"]],
-            )
+        super().__init__(run_dir, config, model, ema, RunState(), weight_decay=0.01)
+
+    def _trained(self, model: EdgeFill) -> list[torch.nn.Module]:
+        return [model]
+
+    def _checkpoint(self) -> dict[str, Any]:
+        return {**super()._checkpoint(), "generator": self.generator.get_state()}
+
+    def _restore(self, payload: dict[str, Any]) -> None:
+        super()._restore(payload)
+        self.generator.set_state(payload["generator"])
 
     def _learning_rate(self, step: int) -> float:
         warmup = 100
@@ -78,59 +77,16 @@ class FillRun:
         progress = (step - warmup) / max(self.config.steps - warmup, 1)
         return self.config.learning_rate * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
 
-    def train_step(self) -> float:
-        for group in self.optimizer.param_groups:
-            group["lr"] = self._learning_rate(self.state.step)
+    def loss(self, step: int) -> torch.Tensor:
+        """The next batch's loss (drawn from the run's generator, which the step advanced)."""
         batch = self.data.batch(self.generator, self.config.batch)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss = masked_mse(self.model(batch.frames, batch.unknown), batch)
-        loss.backward()  # type: ignore[no-untyped-call]
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-        self.optimizer.step()
-        update_ema([self.model], [self.ema], self.state.step, self.config.ema_decay)
-        self.state.step += 1
-        return float(loss.item())
-
-    def save(self) -> None:
-        from tools.training.plots import plot_loss
-
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.json").write_text(json.dumps(asdict(self.config), indent=2))
-        payload = {
-            "model": self.model.state_dict(),
-            "ema": self.ema.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "generator": self.generator.get_state(),
-            "state": asdict(self.state),
-        }
-        write_checkpoint(self.run_dir, payload)
-        if self.state.losses:
-            plot_loss(
-                self.state.losses,
-                self.run_dir / "loss.png",
-                ylabel="MSE on pixels coming into view",
-                title="animfleet-edge-fill training loss",
-            )
+        return masked_mse(self.model(batch.frames, batch.unknown), batch)
 
     def train(self, minutes: float | None = None) -> None:
-        run_steps(
-            self.state,
-            self.config.steps,
-            self.train_step,
-            self.save,
-            total=self.config.steps,
-            desc="train-fill",
-            minutes=minutes,
-            checkpoint_every=100,
-            loss_format=".5f",
-        )
+        self._run(self.loss, self.config.steps, self.config.steps, minutes, checkpoint_every=100)
 
-    def export(self, directory: Path) -> Path:
-        """The EMA weights as a ``from_pretrained`` directory, with the config and loss curve."""
-        self.ema.save_pretrained(directory, safe_serialization=True)
+    def _describe(self, directory: Path) -> None:
+        """``training.json``: the config, the steps trained and how long they took."""
         summary = {**asdict(self.config), "trained_steps": self.state.step}
         summary["train_seconds"] = round(self.state.seconds, 1)
         (directory / "training.json").write_text(json.dumps(summary, indent=2) + "\n")
-        if (self.run_dir / "loss.png").exists():
-            shutil.copyfile(self.run_dir / "loss.png", directory / "loss.png")
-        return directory

@@ -171,7 +171,7 @@ class SlimDistiller(Distiller):
             "method": cfg.method,
             "share": cfg.share,
             "source": cfg.teacher,
-            "parameters": sum(p.numel() for p in self.ema.unet.parameters()),
+            "parameters": sum(p.numel() for p in self.exported.unet.parameters()),
             "source_parameters": sum(p.numel() for p in self.teacher.unet.parameters()),
             "widths": self.plan.widths,
             "layer_widths": self.plan.layer_widths,

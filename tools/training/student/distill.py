@@ -120,8 +120,8 @@ def make_student(teacher: AnimationPipeline, seed: int) -> AnimationPipeline:
     )
 
 
-class Distiller(TrainingRun[DistillConfig, DistillState]):
-    """A distillation run: the teacher, its targets and the student (the base's ``pipe``)."""
+class Distiller(TrainingRun[DistillConfig, DistillState, AnimationPipeline]):
+    """A distillation run: the teacher, its targets and the student (the base's ``model``)."""
 
     desc = "distill"
     loss_format = ".2e"
@@ -152,8 +152,8 @@ class Distiller(TrainingRun[DistillConfig, DistillState]):
 
     @property
     def student(self) -> AnimationPipeline:
-        """The pipeline being trained (the base's ``pipe``)."""
-        return self.pipe
+        """The pipeline being trained (the base's ``model``)."""
+        return self.model
 
     def _trained(self, pipe: AnimationPipeline) -> list[torch.nn.Module]:
         return [pipe.unet]  # the text encoder is the teacher's, frozen
@@ -298,7 +298,7 @@ class Distiller(TrainingRun[DistillConfig, DistillState]):
             "train_seconds": round(self.state.seconds, 1),
             "target_seconds": round(self.state.target_seconds, 1),
             "teacher_unet_evaluations": cfg.trajectories * cfg.teacher_steps * 3,
-            "parameters": sum(p.numel() for p in self.ema.unet.parameters()),
+            "parameters": sum(p.numel() for p in self.exported.unet.parameters()),
             "config": asdict(cfg),
         }
         (directory / "distillation.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -43,7 +43,7 @@ def test_a_run_pretrains_then_trains_resumes_and_exports(tmp_path: Path) -> None
     trainer = ControlTrainer(run, config)
     trainer.train(minutes=None)
     assert trainer.state.step == 3
-    unet = trainer.pipe.unet
+    unet = trainer.model.unet
     assert isinstance(unet, MotionUNet) and not any(p.requires_grad for p in unet.parameters())
     resumed = ControlTrainer(run)
     assert resumed.state.step == 3 and resumed.config == config

@@ -47,7 +47,7 @@ def test_a_slim_run_resumes_exactly_and_exports_a_thinner_student(tmp_path: Path
     count = sum(p.numel() for p in pipe.unet.parameters())
     assert pipe.guidance_distilled and count < sum(p.numel() for p in wide.unet.parameters())
     uniform = SlimDistiller(tmp_path / "uniform", replace(config, method="uniform"))
-    uniform_count = sum(p.numel() for p in uniform.pipe.unet.parameters())
+    uniform_count = sum(p.numel() for p in uniform.model.unet.parameters())
     assert uniform_count == pytest.approx(count, rel=0.25)  # 8-channel steps on a tiny net
 
 
