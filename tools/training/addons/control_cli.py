@@ -9,12 +9,11 @@ the card; ``eval --addon models/addons/path`` re-evaluates a shipped one.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from tools.training.addons.lora_cli import record_evaluation, use_threads
+from tools.training.addons.lora_cli import finish, parser_for, reevaluate, use_threads
 
 CARD = """# Image-conditioned add-on: {name} (motion path)
 
@@ -104,7 +103,7 @@ def write_card(out: Path, training: dict[str, Any], result: dict[str, Any]) -> P
 
 
 def train(args: argparse.Namespace) -> int:
-    from tools.training.addons.control import ControlConfig, ControlTrainer
+    from tools.training.addons.control import ControlConfig, ControlTrainer, evaluate_control
 
     use_threads()
     run = Path(args.run)
@@ -117,43 +116,24 @@ def train(args: argparse.Namespace) -> int:
             learning_rate=args.learning_rate,
             flow_weight=args.flow_weight,
         )
-    trainer = ControlTrainer(run, config)
-    trainer.train(args.minutes)
-    if trainer.state.step < trainer.config.steps:
-        print(f"stopped at step {trainer.state.step}; run again to resume")
-        return 0
-    out = trainer.export(Path(args.out))
-    return _evaluate(out, Path(trainer.config.base), args.clips)
+    return finish(ControlTrainer(run, config), args, evaluate_control, write_card)
 
 
 def evaluate(args: argparse.Namespace) -> int:
-    use_threads()
-    out = Path(args.addon)
-    training = json.loads((out / "training.json").read_text())
-    return _evaluate(out, Path(training["config"]["base"]), args.clips)
-
-
-def _evaluate(out: Path, base: Path, clips: int) -> int:
     from tools.training.addons.control import evaluate_control
 
-    return record_evaluation(out, evaluate_control(out, base, clips=clips), write_card)
+    return reevaluate(args, evaluate_control, write_card)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.training.addons.control_cli")
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("train", help="train (resumable), export, evaluate and card the branch")
-    run.add_argument("--run", required=True, help="run directory (resumes if present)")
-    run.add_argument("--out", required=True, help="the add-on directory to write (its name)")
-    run.add_argument("--steps", type=int, default=1800)
-    run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--learning-rate", type=float, default=3e-3)
-    run.add_argument("--flow-weight", type=float, default=30.0, help="flow MSE's weight")
-    run.add_argument("--minutes", type=float, help="stop this stretch after this long")
-    run.add_argument("--clips", type=int, default=64, help="held-out clips to evaluate")
-    again = sub.add_parser("eval", help="re-evaluate a shipped branch and rewrite its card")
-    again.add_argument("--addon", required=True)
-    again.add_argument("--clips", type=int, default=64)
+    # The add-on directory's name is the branch's name (``--out models/addons/path``).
+    parser, _ = parser_for(
+        "python -m tools.training.addons.control_cli",
+        "the branch",
+        1800,
+        flow_weight=30.0,
+        clips=64,
+    )
     args = parser.parse_args(argv)
     return int({"train": train, "eval": evaluate}[args.command](args))
 

@@ -13,9 +13,12 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tools.training.data.addon_motions import AddonMotion
+
+if TYPE_CHECKING:
+    from tools.training.loop import RunState
 
 CARD = """# Motion add-on: {motion}
 
@@ -99,9 +102,22 @@ def use_threads() -> None:
     torch.set_num_threads(int(os.environ.get("ANIMFLEET_TORCH_THREADS", "0")) or 1)
 
 
-def record_evaluation(
-    out: Path, result: dict[str, Any], card: Callable[[Path, dict[str, Any], dict[str, Any]], Path]
-) -> int:
+Card = Callable[[Path, dict[str, Any], dict[str, Any]], Path]
+# (add-on directory, base model, clips=...) -> the evaluation's result
+Evaluation = Callable[..., dict[str, Any]]
+
+
+class AddonRun(Protocol):
+    """What finishing a run needs of an add-on's trainer."""
+
+    config: Any  # with ``steps`` and ``base``
+    state: RunState
+
+    def train(self, minutes: float | None = None) -> None: ...
+    def export(self, directory: Path) -> Path: ...
+
+
+def record_evaluation(out: Path, result: dict[str, Any], card: Card) -> int:
     """Write an evaluated add-on's ``eval.json`` and its card (from ``training.json``)."""
     (out / "eval.json").write_text(json.dumps(result, indent=2) + "\n")
     card(out, json.loads((out / "training.json").read_text()), result)
@@ -109,14 +125,32 @@ def record_evaluation(
     return 0
 
 
+def finish(trainer: AddonRun, args: argparse.Namespace, evaluation: Evaluation, card: Card) -> int:
+    """Train this stretch; once the run is complete, export, evaluate and card the add-on."""
+    trainer.train(args.minutes)
+    if trainer.state.step < trainer.config.steps:
+        print(f"stopped at step {trainer.state.step}; run again to resume")
+        return 0
+    out = trainer.export(Path(args.out))
+    base = Path(trainer.config.base)
+    return record_evaluation(out, evaluation(out, base, clips=args.clips), card)
+
+
+def reevaluate(args: argparse.Namespace, evaluation: Evaluation, card: Card) -> int:
+    """Evaluate a shipped add-on again (on the base it was trained on) and rewrite its card."""
+    use_threads()
+    out = Path(args.addon)
+    base = Path(json.loads((out / "training.json").read_text())["config"]["base"])
+    return record_evaluation(out, evaluation(out, base, clips=args.clips), card)
+
+
 def train(args: argparse.Namespace) -> int:
-    from tools.training.addons.lora import AddonConfig, AddonTrainer
+    from tools.training.addons.lora import AddonConfig, AddonTrainer, evaluate_addon
 
     use_threads()
     run = Path(args.run)
-    fresh = not (run / "config.json").exists()
     config = None
-    if fresh:
+    if not (run / "config.json").exists():
         config = AddonConfig(
             motion=args.motion,
             steps=args.steps,
@@ -126,45 +160,43 @@ def train(args: argparse.Namespace) -> int:
             learning_rate=args.learning_rate,
             flow_weight=args.flow_weight,
         )
-    trainer = AddonTrainer(run, config)
-    trainer.train(args.minutes)
-    if trainer.state.step < trainer.config.steps:
-        print(f"stopped at step {trainer.state.step}; run again to resume")
-        return 0
-    out = trainer.export(Path(args.out))
-    return _evaluate(out, Path(trainer.config.base), args.clips)
+    return finish(AddonTrainer(run, config), args, evaluate_addon, write_card)
 
 
 def evaluate(args: argparse.Namespace) -> int:
-    use_threads()
-    out = Path(args.addon)
-    training = json.loads((out / "training.json").read_text())
-    return _evaluate(out, Path(training["config"]["base"]), args.clips)
-
-
-def _evaluate(out: Path, base: Path, clips: int) -> int:
     from tools.training.addons.lora import evaluate_addon
 
-    return record_evaluation(out, evaluate_addon(out, base, clips=clips), write_card)
+    return reevaluate(args, evaluate_addon, write_card)
+
+
+def parser_for(
+    prog: str, what: str, steps: int, flow_weight: float, clips: int
+) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """An add-on CLI's parser with its ``train`` and ``eval`` commands and their shared options
+    (defaults: the add-on's); returns it and ``train``'s parser, for the add-on's own options."""
+    parser = argparse.ArgumentParser(prog=prog)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("train", help=f"train (resumable), export, evaluate and card {what}")
+    run.add_argument("--run", required=True, help="run directory (resumes if present)")
+    run.add_argument("--out", required=True, help="the add-on directory to write")
+    run.add_argument("--steps", type=int, default=steps)
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--learning-rate", type=float, default=3e-3)
+    run.add_argument("--flow-weight", type=float, default=flow_weight, help="flow MSE's weight")
+    run.add_argument("--minutes", type=float, help="stop this stretch after this long")
+    run.add_argument("--clips", type=int, default=clips, help="held-out clips to evaluate")
+    again = sub.add_parser("eval", help=f"re-evaluate a shipped {what} and rewrite its card")
+    again.add_argument("--addon", required=True)
+    again.add_argument("--clips", type=int, default=clips)
+    return parser, run
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.training.addons.lora_cli")
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("train", help="train (resumable), export, evaluate and card an add-on")
+    parser, run = parser_for(
+        "python -m tools.training.addons.lora_cli", "an add-on", 300, flow_weight=1.0, clips=32
+    )
     run.add_argument("--motion", choices=[m.value for m in AddonMotion], required=True)
-    run.add_argument("--run", required=True, help="run directory (resumes if present)")
-    run.add_argument("--out", required=True, help="the add-on directory to write")
-    run.add_argument("--steps", type=int, default=300)
-    run.add_argument("--seed", type=int, default=0)
     run.add_argument("--rank", type=int, default=4, help="LoRA rank (alpha is the same)")
-    run.add_argument("--learning-rate", type=float, default=3e-3)
-    run.add_argument("--flow-weight", type=float, default=1.0, help="flow MSE's weight")
-    run.add_argument("--minutes", type=float, help="stop this stretch after this long")
-    run.add_argument("--clips", type=int, default=32, help="held-out clips to evaluate")
-    again = sub.add_parser("eval", help="re-evaluate a shipped add-on and rewrite its card")
-    again.add_argument("--addon", required=True)
-    again.add_argument("--clips", type=int, default=32)
     args = parser.parse_args(argv)
     return int({"train": train, "eval": evaluate}[args.command](args))
 
