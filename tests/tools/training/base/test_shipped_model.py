@@ -14,7 +14,7 @@ from tools.training.data.motions import Motion
 from tools.training.evaluation.motion_estimate import classify
 from workers.model import Animator
 
-EXAMPLE = Path(__file__).parents[3] / "tools" / "assets" / "example.png"
+EXAMPLE = Path(__file__).parents[4] / "tools" / "assets" / "example.png"
 
 
 @pytest.fixture(scope="module")
