@@ -1,10 +1,11 @@
 """Per-request motion add-ons: what a job may ask for, shared by dispatcher and workers.
 
-A job lists at most :data:`MAX_ADDONS` add-ons by name, each with a strength (``scale``,
-0 to :data:`MAX_SCALE`; 1 is what the add-on was trained at); a name appears once. An
-image-conditioned add-on (a ControlNet-style branch) also takes a control image: the image
-is stored with the job's inputs under :func:`control_input` and the record keeps its
-SHA-256 (``image_sha256``), so the worker knows to fetch it and can check what it got.
+A job lists at most ``MAX_ADDONS`` add-ons by name, each with a strength (``scale``, 0 to
+``MAX_SCALE``: the bounds of :mod:`animfleet_api.bounds`; 1 is what the add-on was trained at);
+a name appears once. An image-conditioned add-on (a ControlNet-style branch) also takes a
+control image: the image is stored with the job's inputs under :func:`control_input` and the
+record keeps its SHA-256 (``image_sha256``), so the worker knows to fetch it and can check what
+it got.
 """
 
 from __future__ import annotations
@@ -14,9 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
-ADDON_NAME = r"^[a-z][a-z0-9-]{0,31}$"
-MAX_ADDONS = 3
-MAX_SCALE = 2.0
+from animfleet_api.bounds import MAX_ADDONS
+from animfleet_api.fields import AddonName, Scale
 
 
 class AddonUse(BaseModel):
@@ -24,8 +24,8 @@ class AddonUse(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = Field(pattern=ADDON_NAME, description="an add-on the region serves")
-    scale: float = Field(default=1.0, ge=0.0, le=MAX_SCALE, description="its strength")
+    name: AddonName = Field(description="an add-on the region serves")
+    scale: Scale = Field(default=1.0, description="its strength")
     image_sha256: str | None = Field(
         default=None,
         pattern=r"^[0-9a-f]{64}$",

@@ -1,7 +1,7 @@
 """Motion-brush regions of a job: what a caller may ask for, shared by dispatcher and workers.
 
-A job lists at most :data:`MAX_REGIONS` regions; each is a mask (a PNG like the job's
-``mask``: white is the region) and a motion. ``kind`` says how the region moves:
+A job lists at most :data:`~animfleet_api.bounds.MAX_REGIONS` regions; each is a mask (a PNG
+like the job's ``mask``: white is the region) and a motion. ``kind`` says how the region moves:
 
 - ``flow``: along the stroke's local tangent (a curved stroke bends the flow);
 - ``drift``: a uniform translation along the stroke's overall direction;
@@ -9,12 +9,13 @@ A job lists at most :data:`MAX_REGIONS` regions; each is a mask (a PNG like the 
 - ``ripple``: radial waves from the region's centre (or the stroke's first point);
 - ``pulse``: growing and shrinking about the region's centre.
 
-The stroke is a polyline of 2 to :data:`MAX_STROKE_POINTS` points ``[x, y]``, each a fraction
-(0 to 1) of the width and height. For ``flow`` and ``drift`` its length is how far the content
-travels over the clip (so its speed), unless ``speed`` (pixels per frame at the output size)
-says otherwise. ``amplitude`` (pixels at the output size) is how far ``sway``, ``ripple`` and
-``pulse`` move. The region's mask is stored with the job's inputs under :func:`region_input`
-and the record keeps its SHA-256 (``mask_sha256``), as for an add-on's control image.
+The stroke is a polyline of 2 to :data:`~animfleet_api.bounds.MAX_STROKE_POINTS` points ``[x,
+y]``, each a fraction (0 to 1) of the width and height. For ``flow`` and ``drift`` its length is
+how far the content travels over the clip (so its speed), unless ``speed`` (pixels per frame at
+the output size) says otherwise. ``amplitude`` (pixels at the output size) is how far ``sway``,
+``ripple`` and ``pulse`` move. The region's mask is stored with the job's inputs under
+:func:`region_input` and the record keeps its SHA-256 (``mask_sha256``), as for an add-on's
+control image.
 """
 
 from __future__ import annotations
@@ -22,20 +23,15 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from animfleet.job_inputs import REGION_PREFIX
+from animfleet_api.bounds import MAX_REGIONS, MAX_STROKE_POINTS, Kind
+from animfleet_api.fields import Amplitude, Speed
 
-MAX_REGIONS = 8
-MAX_STROKE_POINTS = 64
-MAX_SPEED = 64.0  # pixels per frame at the output size
-MAX_AMPLITUDE = 128.0  # pixels at the output size
-KINDS = ("flow", "drift", "sway", "ripple", "pulse")
 # Kinds whose motion goes along a stroke, which they therefore need.
 STROKED = frozenset({"flow", "drift", "sway"})
-Kind = Literal["flow", "drift", "sway", "ripple", "pulse"]
 Point = tuple[float, float]  # (x, y): fractions of width and height
 
 
@@ -53,17 +49,13 @@ class RegionUse(BaseModel):
         description="[[x, y], ...] as fractions (0-1) of width and height: the direction, and "
         "by its length the distance travelled over the clip",
     )
-    speed: float | None = Field(
+    speed: Speed | None = Field(
         default=None,
-        gt=0,
-        le=MAX_SPEED,
         validate_default=True,
         description="pixels per frame at the output size (overrides the stroke's length)",
     )
-    amplitude: float | None = Field(
+    amplitude: Amplitude | None = Field(
         default=None,
-        gt=0,
-        le=MAX_AMPLITUDE,
         description="pixels at the output size, for sway, ripple and pulse",
     )
     mask_sha256: str | None = Field(

@@ -13,12 +13,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from animfleet.addons import AddonUse
 from animfleet.brush import RegionUse
 from animfleet.errors import AnimfleetError, PermanentError
+from animfleet_api.bounds import DEFAULT_PRIORITY as DEFAULT_PRIORITY
+from animfleet_api.bounds import DEFAULT_TENANT as DEFAULT_TENANT
+from animfleet_api.bounds import MAX_PRIORITY as MAX_PRIORITY
 
 JOB_ID_TOKEN_BYTES = 16
-# Fair share: who a job is billed to, and its urgency within that tenant (higher starts first).
-DEFAULT_TENANT = "default"
-DEFAULT_PRIORITY = 5
-MAX_PRIORITY = 9
 
 
 class JobState(StrEnum):

@@ -12,12 +12,10 @@ import hashlib
 import re
 
 from animfleet.errors import PermanentError
+from animfleet_api.bounds import NAME
 
-NAME = r"[a-z0-9][a-z0-9._-]{0,63}"
 VERSION_REF = re.compile(rf"^{NAME}@{NAME}$")
 DEPLOYMENT_NAME = re.compile(rf"^{NAME}$")
-# ``model`` on a submit: a deployment name, or a pinned version.
-MODEL_FIELD = rf"^{NAME}(@{NAME})?$"
 # The deployment a job without ``model`` uses, when its region has one.
 DEFAULT_DEPLOYMENT = "default"
 

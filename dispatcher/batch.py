@@ -6,9 +6,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from animfleet.errors import AnimfleetError
+from animfleet_api.bounds import MAX_BATCH_JOBS as MAX_BATCH
 from dispatcher.inputs import InvalidInput
-
-MAX_BATCH = 500
 
 Handle = TypeVar("Handle", covariant=True)
 

@@ -27,6 +27,7 @@ from animfleet.region.jobstore import (
     JobStore,
 )
 from animfleet.topology import Topology
+from animfleet_api.bounds import MAX_IDEMPOTENCY_KEY_CHARS as MAX_KEY_CHARS
 from dispatcher import batch, metrics, records
 from dispatcher.addons import AddonChecker, take_images
 from dispatcher.admission import AdmissionSettings, AtCapacity, BacklogFull
@@ -43,8 +44,6 @@ from dispatcher.lookup import STORED_CLIENT_JOB_ID, JobLookup, RegionLink
 from dispatcher.mask_input import check_mask, check_mask_addons
 from dispatcher.placement import Placement, RoutingCache, admission_settings_from_env
 from dispatcher.versions import WORKER_MODEL, Choice, VersionChooser
-
-MAX_KEY_CHARS = 255  # Idempotency-Key
 
 log = structlog.stdlib.get_logger("animfleet.dispatcher")
 

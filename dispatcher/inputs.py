@@ -3,69 +3,69 @@
 from __future__ import annotations
 
 import io
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from PIL import Image, UnidentifiedImageError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from animfleet.addons import AddonUse, check_addons
 from animfleet.brush import RegionUse, check_regions
 from animfleet.errors import PermanentError
-from animfleet.jobs import DEFAULT_PRIORITY, DEFAULT_TENANT, MAX_PRIORITY
-from animfleet.versions import MODEL_FIELD
+from animfleet_api import bounds
+from animfleet_api.fields import (
+    Deadline,
+    Fps,
+    Frames,
+    ModelRef,
+    Priority,
+    Prompt,
+    Seed,
+    Side,
+    Steps,
+    Tenant,
+    Variant,
+    WebhookEvents,
+    WebhookUrl,
+    aspect_problem,
+    shown,
+    small_metadata,
+)
 from dispatcher.errors import DispatcherError
 
 ALLOWED_FORMATS = ("PNG", "JPEG", "WEBP")
 MAX_IMAGE_BYTES = 10 * 2**20
 MAX_IMAGE_PIXELS = 4096 * 4096
 MAX_IMAGE_SIDE = 8192
-MAX_PROMPT_CHARS = 500
-MAX_DEADLINE_S = 7 * 24 * 3600
-
-# Sides up to 512 accept any aspect ratio (as always); larger ones one of ASPECT_RATIOS. The
-# worker runs the model at a small working size and renders frames at the requested size.
-MAX_SIDE = 1024
-FREE_ASPECT_SIDE = 512
-ASPECT_RATIOS = ((1, 1), (4, 5), (9, 16), (16, 9))  # width:height
-MIN_SIDE = 32
-Side = Annotated[int, Field(ge=MIN_SIDE, le=MAX_SIDE, multiple_of=8)]
-# A request without width and height gets this long side and the image's aspect ratio.
-DEFAULT_LONG_SIDE = 512
-
-
-def aspect_problem(width: int, height: int) -> str | None:
-    """Why ``width`` x ``height`` is refused (a side above 512 px in an unsupported aspect
-    ratio), or None."""
-    if max(width, height) <= FREE_ASPECT_SIDE:
-        return None
-    if any(width * h == height * w for w, h in ASPECT_RATIOS):
-        return None
-    ratios = ", ".join(f"{w}:{h}" for w, h in ASPECT_RATIOS)
-    return (
-        f"{width}x{height} (width x height) is not a supported aspect ratio for sides above "
-        f"{FREE_ASPECT_SIDE} px; use {ratios} (e.g. 1024x1024, 800x1000, 576x1024, 1024x576)"
-    )
 
 
 def default_size(
     image_width: int, image_height: int, width: int | None = None, height: int | None = None
 ) -> tuple[int, int]:
     """(width, height) of a job whose request omits one or both: neither given, the long side
-    :data:`DEFAULT_LONG_SIDE` with the image's aspect ratio; one given, the other follows the
-    image's aspect ratio. Computed sides are multiples of 8 within the served sizes; a given
-    side is returned as given (validation judges it)."""
+    :data:`~animfleet_api.bounds.DEFAULT_LONG_SIDE` with the image's aspect ratio; one given,
+    the other follows the image's aspect ratio. Computed sides are multiples of 8 within the
+    served sizes; a given side is returned as given (validation judges it)."""
     if width is not None and height is not None:
         return width, height
 
     def side(value: float) -> int:
-        return min(MAX_SIDE, max(MIN_SIDE, round(value / 8) * 8))
+        step = bounds.SIDE_STEP
+        return min(bounds.MAX_SIDE, max(bounds.MIN_SIDE, round(value / step) * step))
 
     if width is not None:
         return width, side(width * image_height / image_width)
     if height is not None:
         return side(height * image_width / image_height), height
-    scale = DEFAULT_LONG_SIDE / max(image_width, image_height)
+    scale = bounds.DEFAULT_LONG_SIDE / max(image_width, image_height)
     return side(image_width * scale), side(image_height * scale)
 
 
@@ -121,38 +121,39 @@ def check_image(data: bytes, field: str = "image") -> tuple[str, int, int]:
 
 
 class AnimationRequest(BaseModel):
-    """What a caller may ask for; defaults suit the shipped model."""
+    """What a caller may ask for, with the wire contract's fields (:mod:`animfleet_api.fields`);
+    defaults suit the shipped model."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
-    frames: int = Field(default=8, ge=2, le=32)
-    fps: int = Field(default=8, ge=1, le=60)
+    prompt: Prompt
+    frames: Frames = bounds.DEFAULT_FRAMES
+    fps: Fps = bounds.DEFAULT_FPS
     # Client.submit fills omitted sides from the image (:func:`default_size`).
-    width: Side = DEFAULT_LONG_SIDE
-    height: Side = DEFAULT_LONG_SIDE
-    seed: int | None = Field(default=None, ge=0, le=2**32 - 1)
-    steps: int | None = Field(default=None, ge=1, le=100)
-    variant: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")
+    width: Side = bounds.DEFAULT_LONG_SIDE
+    height: Side = bounds.DEFAULT_LONG_SIDE
+    seed: Seed | None = None
+    steps: Steps | None = None
+    variant: Variant | None = None
     # A deployment of the region ("default" when omitted and the region has one) or a pinned
     # version "name@version"; checked against the region when the job is placed.
-    model: str | None = Field(default=None, pattern=MODEL_FIELD)
+    model: ModelRef | None = None
     # Motion add-ons by name and strength; checked against the region when the job is placed.
     addons: tuple[AddonUse, ...] = ()
     # Motion-brush regions (masks taken off by dispatcher.brush_input) and a seamless loop.
     regions: tuple[RegionUse, ...] = ()
     loop: bool = False
-    webhook_url: str | None = Field(default=None, max_length=2048)
-    webhook_events_filter: list[Literal["start", "progress", "completed"]] | None = Field(
-        default=None, min_length=1, max_length=3
-    )
+    webhook_url: WebhookUrl | None = None
+    webhook_events_filter: WebhookEvents | None = None
     # Seconds from submission: not started by then -> expired; not finished -> canceled.
-    start_deadline: float | None = Field(default=None, gt=0, le=MAX_DEADLINE_S)
-    deadline: float | None = Field(default=None, gt=0, le=MAX_DEADLINE_S)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    start_deadline: Deadline | None = None
+    deadline: Deadline | None = None
+    metadata: Annotated[dict[str, Any], AfterValidator(small_metadata)] = Field(
+        default_factory=dict
+    )
     # Fair share: until API keys name tenants, a request field (the scheduler's unit of share).
-    tenant: str = Field(default=DEFAULT_TENANT, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-    priority: int = Field(default=DEFAULT_PRIORITY, ge=0, le=MAX_PRIORITY)
+    tenant: Tenant = bounds.DEFAULT_TENANT
+    priority: Priority = bounds.DEFAULT_PRIORITY
 
     @model_validator(mode="after")
     def _aspect_ratio(self) -> AnimationRequest:
@@ -160,15 +161,6 @@ class AnimationRequest(BaseModel):
         if problem is not None:
             raise PydanticCustomError("aspect_ratio", problem)
         return self
-
-    @field_validator("prompt")
-    @classmethod
-    def _printable(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("must not be blank")
-        if any(ord(ch) < 32 and ch not in "\t\n" for ch in value):
-            raise ValueError("must not contain control characters")
-        return value
 
     @field_validator("addons")
     @classmethod
@@ -180,13 +172,6 @@ class AnimationRequest(BaseModel):
     def _few_regions(cls, value: tuple[RegionUse, ...]) -> tuple[RegionUse, ...]:
         return check_regions(value)
 
-    @field_validator("metadata")
-    @classmethod
-    def _small_metadata(cls, value: dict[str, Any]) -> dict[str, Any]:
-        if len(repr(value)) > 4096:
-            raise ValueError("must be at most 4 KiB when serialised")
-        return value
-
 
 def parse_request(**fields: Any) -> AnimationRequest:
     """Build an :class:`AnimationRequest`, turning pydantic's errors into :class:`InvalidInput`."""
@@ -197,6 +182,4 @@ def parse_request(**fields: Any) -> AnimationRequest:
         if first["type"] == "aspect_ratio":
             raise InvalidInput("width", first["msg"]) from None
         field = ".".join(str(part) for part in first["loc"]) or "request"
-        value = first.get("input")
-        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
-        raise InvalidInput(field, f"{first['msg']} (got {shown})") from None
+        raise InvalidInput(field, f"{first['msg']} (got {shown(first.get('input'))})") from None

@@ -1,5 +1,6 @@
-"""The base install stays light (a web backend enqueues with ``from dispatcher import Client``,
-no torch), and the lock CI installs from covers pyproject.toml."""
+"""The base install is the HTTP SDK alone (httpx and pydantic), the ``fleet`` extra is what the
+Redis-level ``from dispatcher import Client`` needs (no torch), and the lock CI installs from
+covers pyproject.toml."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-OURS = ("animfleet", "dispatcher", "workers", "storage", "tools")
+OURS = ("animfleet_api", "animfleet_sdk", "animfleet", "dispatcher", "workers", "storage", "tools")
 # What only workers, the gateway or the tools need; PIL does not pull numpy in on import.
 HEAVY = (
     "torch",
@@ -51,10 +52,10 @@ def _all_requirements() -> list[Requirement]:
     return [r for r in found if canonicalize_name(r.name) != "animfleet"]
 
 
-def _import_dispatcher() -> dict[str, str | None]:
-    """What ``import dispatcher`` loads in a fresh interpreter: module name -> file."""
+def _import(package: str) -> dict[str, str | None]:
+    """What ``import <package>`` loads in a fresh interpreter: module name -> file."""
     probe = (
-        "import dispatcher, json, sys\n"
+        f"import {package}, json, sys\n"
         "print(json.dumps({n: getattr(m, '__file__', None) for n, m in sys.modules.items()}))\n"
     )
     result = subprocess.run(
@@ -108,22 +109,23 @@ def _top_level_imports(path: Path) -> set[str]:
 
 
 def test_importing_the_dispatcher_loads_nothing_heavy() -> None:
-    loaded = _import_dispatcher()
+    loaded = _import("dispatcher")
     heavy = sorted(m for m in loaded if m.partition(".")[0] in HEAVY)
     assert not heavy, f"`import dispatcher` loaded {heavy}"
 
 
-def test_the_base_dependencies_are_what_the_dispatcher_imports() -> None:
-    loaded = _import_dispatcher()
+def _check_dependencies(package: str, declared: list[Requirement]) -> None:
+    """``declared`` are all loaded by ``import <package>``, and what its modules import (lazily
+    too) comes with the base install plus ``declared``."""
+    loaded = _import(package)
     distributions = {
         module: {canonicalize_name(d) for d in dists}
         for module, dists in packages_distributions().items()
     }
-    base = {canonicalize_name(r.name) for r in _requirements()}
+    names = {canonicalize_name(r.name) for r in declared}
     used = {d for module in loaded for d in distributions.get(module.partition(".")[0], ())}
-    assert base <= used, f"base dependencies that `import dispatcher` never loads: {base - used}"
-    # What our loaded modules import by name (lazily too) is a base dependency or comes with one.
-    provided = _closure(_requirements())
+    assert names <= used, f"dependencies that `import {package}` never loads: {names - used}"
+    provided = _closure(_requirements() + declared)
     missing: dict[str, set[str]] = {}
     for name, file in loaded.items():
         if name.partition(".")[0] not in OURS or not file:
@@ -131,7 +133,17 @@ def test_the_base_dependencies_are_what_the_dispatcher_imports() -> None:
         for module in filter(_third_party, _top_level_imports(Path(file))):
             if not distributions.get(module, set()) & provided:
                 missing.setdefault(module, set()).add(name)
-    assert not missing, f"imported by the dispatcher's modules, not a base dependency: {missing}"
+    assert not missing, f"imported by {package}'s modules, not declared: {missing}"
+
+
+def test_the_base_dependencies_are_what_the_sdk_imports() -> None:
+    _check_dependencies("animfleet_sdk", _requirements())
+    broker = {"celery", "kombu", "redis", "torch"}
+    assert not broker & _closure(_requirements()), "the base install pulls a broker or torch"
+
+
+def test_the_fleet_extra_is_what_the_dispatcher_imports() -> None:
+    _check_dependencies("dispatcher", _requirements("fleet"))
 
 
 def test_torch_is_never_pinned_exactly() -> None:

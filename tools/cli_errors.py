@@ -37,6 +37,12 @@ def user_error(error: BaseException) -> tuple[str, int] | None:
     else, which keeps its traceback (a bug should not look like bad input)."""
     if isinstance(error, CliError):
         return str(error), error.code
+    if isinstance(error, ModuleNotFoundError) and error.name:  # the base install is the SDK
+        return (
+            f"this command needs the fleet's libraries ({error.name} is not installed): "
+            "pip install 'animfleet[fleet]', or the extra of the process it runs",
+            EX_CONFIG,
+        )
     package = type(error).__module__.partition(".")[0]
     if package == "redis":
         from redis.exceptions import ConnectionError as RedisConnectionError

@@ -14,6 +14,8 @@ from kombu.exceptions import OperationalError
 from starlette.exceptions import HTTPException
 
 from animfleet.region.jobstore import IdempotencyConflict, JobNotFound
+from animfleet_api.errors import ApiProblem
+from animfleet_api.fields import shown
 from dispatcher.admission import BacklogFull
 from dispatcher.client import EnqueueFailed
 from dispatcher.errors import DispatcherError
@@ -25,20 +27,8 @@ log = structlog.stdlib.get_logger("animfleet.gateway")
 BROKER_RETRY_AFTER_S = 5
 
 
-class ApiError(DispatcherError):
+class ApiError(ApiProblem, DispatcherError):
     """An error with its HTTP status; raised by routes, rendered by :func:`install`."""
-
-    def __init__(
-        self,
-        status: int,
-        code: str,
-        message: str,
-        field: str | None = None,
-        retry_after_s: float | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
-        self.field, self.retry_after_s = field, retry_after_s
 
 
 def error_response(error: ApiError) -> JSONResponse:
@@ -99,9 +89,7 @@ def _validation_error(_: Request, error: Exception) -> JSONResponse:
     field = ".".join(
         location[1:] if location[:1] in (["header"], ["path"], ["query"]) else location
     )
-    shown = repr(first.get("input"))
-    shown = shown if len(shown) <= 80 else shown[:77] + "..."
-    message = f"{field or 'body'}: {first.get('msg', 'invalid')} (got {shown})"
+    message = f"{field or 'body'}: {first.get('msg', 'invalid')} (got {shown(first.get('input'))})"
     return error_response(ApiError(422, "invalid_input", message, field or "body"))
 
 

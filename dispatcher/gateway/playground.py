@@ -12,6 +12,8 @@ from pathlib import Path
 from fastapi import APIRouter
 from fastapi.responses import HTMLResponse
 
+from animfleet_api.bounds import MAX_PROMPT_CHARS
+
 PAGE = Path(__file__).with_name("static") / "playground.html"
 
 router = APIRouter()
@@ -19,7 +21,9 @@ router = APIRouter()
 
 @cache
 def _page() -> str:
-    return PAGE.read_text(encoding="utf-8")
+    # The prompt box takes what the API does: the bound comes from the request model.
+    page = PAGE.read_text(encoding="utf-8")
+    return page.replace("__MAX_PROMPT_CHARS__", str(MAX_PROMPT_CHARS))
 
 
 @router.get("/", include_in_schema=False, response_class=HTMLResponse)

@@ -13,6 +13,8 @@ from animfleet.jobs import JobRecord, public_job_id
 from animfleet.jobview import JobView, job_view
 from animfleet.region.jobstore import IdempotencyConflict
 from animfleet.region.status import RegionStatus
+from animfleet_api.bounds import MAX_IDEMPOTENCY_KEY_CHARS, MAX_PREFER_WAIT_S
+from animfleet_api.request import BatchRequest, JobRequest
 from dispatcher.client import JobHandle
 from dispatcher.gateway import scoping
 from dispatcher.gateway.auth import Caller, CallerDep
@@ -20,15 +22,14 @@ from dispatcher.gateway.errors import ApiError, as_api_error
 from dispatcher.gateway.images import resolve_addon_images, resolve_image
 from dispatcher.gateway.runtime import Runtime
 from dispatcher.gateway.schemas import (
-    BatchRequest,
     BatchResponse,
     BatchResult,
     ErrorBody,
     ErrorResponse,
-    JobRequest,
     Regions,
     RegionView,
     Replayed,
+    client_options,
 )
 from dispatcher.inputs import InvalidInput
 from dispatcher.lookup import CLIENT_JOB_ID, WaitTimeout
@@ -42,9 +43,14 @@ ERRORS: dict[int | str, dict[str, object]] = {
 
 router = APIRouter(prefix="/v1", responses=ERRORS)
 PreferHeader = Annotated[
-    str | None, Header(description="wait=N: answer when the job is terminal or after N <= 60 s")
+    str | None,
+    Header(
+        description=f"wait=N: answer when the job is terminal or after N <= {MAX_PREFER_WAIT_S} s"
+    ),
 ]
-IdempotencyHeader = Annotated[str | None, Header(alias="Idempotency-Key", max_length=255)]
+IdempotencyHeader = Annotated[
+    str | None, Header(alias="Idempotency-Key", max_length=MAX_IDEMPOTENCY_KEY_CHARS)
+]
 _HEADERS = {
     "Location": {"description": "/v1/jobs/{id}", "schema": {"type": "string"}},
     "Idempotent-Replayed": {"description": "true: an earlier job", "schema": {"type": "string"}},
@@ -118,7 +124,7 @@ def _submit(
 ) -> JobView:
     runtime = _runtime(request)
     client = runtime.client
-    options = scoping.submit_options(caller, body.options())
+    options = scoping.submit_options(caller, client_options(body))
     options.update(scoping.tenancy_of(request).admission(caller.tenant))  # 429s before a fetch
     image = resolve_image(
         body.image,
@@ -206,7 +212,7 @@ def create_jobs(body: BatchRequest, request: Request, caller: CallerDep) -> Batc
             results.append(_failed(error))
             continue
         try:
-            options = scoping.submit_options(caller, item.options())
+            options = scoping.submit_options(caller, client_options(item))
             resolve_addon_images(
                 options, client.netguard, objects, runtime.fetch_slots, caller.tenant
             )

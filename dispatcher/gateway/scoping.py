@@ -17,7 +17,7 @@ from fastapi import Request
 
 from animfleet.jobs import JobRecord, scoped_job_id
 from animfleet.region.jobstore import JobNotFound
-from dispatcher.client import MAX_KEY_CHARS
+from animfleet_api.bounds import MAX_IDEMPOTENCY_KEY_CHARS as MAX_KEY_CHARS
 from dispatcher.gateway.auth import Caller
 from dispatcher.gateway.errors import ApiError
 from dispatcher.lookup import CLIENT_JOB_ID

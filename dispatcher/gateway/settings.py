@@ -8,15 +8,14 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from animfleet.settings import EnvSettings, load
-
-MAX_PREFER_WAIT_S = 60.0
+from animfleet_api.bounds import MAX_PREFER_WAIT_S
 
 
 class GatewaySettings(EnvSettings):
     model_config = SettingsConfigDict(env_prefix="ANIMFLEET_GATEWAY_")
 
     region: str  # the home region of jobs submitted through this gateway
-    max_wait_s: float = Field(default=MAX_PREFER_WAIT_S, ge=0, le=MAX_PREFER_WAIT_S)
+    max_wait_s: float = Field(default=float(MAX_PREFER_WAIT_S), ge=0, le=MAX_PREFER_WAIT_S)
     threads: int = Field(default=200, ge=1, le=10_000)  # requests handled at once
     # API keys on every route but health, metrics, the OpenAPI document and the playground.
     # Off: one implicit tenant, ``default`` (a private network or tests only).

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from animfleet.addons import MAX_ADDONS, AddonUse, check_addons
+from animfleet.addons import AddonUse, check_addons
 from animfleet.jobs import JobParams
+from animfleet_api.bounds import MAX_ADDONS
 
 
 def test_names_scales_counts_and_repeats_are_checked() -> None:

@@ -172,7 +172,7 @@ def test_the_async_sdk_submits_waits_and_downloads_many(
     fleet: LocalFleet, key: str, make_image: Callable[..., bytes]
 ) -> None:
     av = pytest.importorskip("av")
-    from animfleet.sdk import AsyncAnimfleet
+    from animfleet_sdk import AsyncAnimfleet
 
     count = 12
     images = [make_image(64, 64, seed) for seed in range(count)]
@@ -198,7 +198,7 @@ def test_the_async_sdk_submits_waits_and_downloads_many(
 def test_events_resume_after_the_last_event_id_without_gap_or_repeat(
     fleet: LocalFleet, key: str, make_image: Callable[..., bytes]
 ) -> None:
-    from animfleet.sdk import Animfleet
+    from animfleet_sdk import Animfleet
 
     with Animfleet(fleet.gateway_url(), api_key=key) as api:
         job = api.submit(make_image(), "zoom in", frames=4, size=64)

@@ -1,5 +1,7 @@
-"""The async SDK from a venv with only the base install: 50 jobs with ``submit_many``, waited
-on, downloaded and checked with PyAV (here, where the full install has it).
+"""The HTTP SDK from a venv with only the base install (``pip install animfleet``, as the README
+says): it holds no broker library and no torch, imports in under 0.3 s, and its async client
+runs 50 jobs with ``submit_many``, waited on, downloaded and checked with PyAV (here, where the
+full install has it).
 
 Needs ``ANIMFLEET_SDK_PYTHON``: the python of such a venv (``make test-sdk`` builds one and
 sets it); skipped without it.
@@ -8,7 +10,9 @@ sets it); skipped without it.
 from __future__ import annotations
 
 import io
+import json
 import os
+import statistics
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +26,10 @@ from tools.localfleet import LocalFleet
 
 PYTHON = os.environ.get("ANIMFLEET_SDK_PYTHON")
 JOBS = 50
+# Not one of these may be installed with the SDK: brokers, Redis, PyTorch, the web server.
+FORBIDDEN = {"celery", "kombu", "redis", "hiredis", "billiard", "torch", "fastapi", "pillow"}
+IMPORT_BAR_S = 0.3
+IMPORTS = 7  # fresh interpreters; the median is judged
 
 pytestmark = pytest.mark.skipif(
     not PYTHON, reason="ANIMFLEET_SDK_PYTHON (a base-install venv's python) is not set"
@@ -41,6 +49,52 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFleet]:
         gateway_auth=True,
     ) as running:
         yield running
+
+
+def _run(code: str, cwd: Path) -> str:
+    """Run ``code`` in the base-install venv from outside the repository (only the venv's
+    installed animfleet can be imported)."""
+    assert PYTHON is not None
+    done = subprocess.run(
+        [PYTHON, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=120, check=True
+    )
+    return done.stdout
+
+
+def test_the_base_install_holds_no_broker_and_no_torch(tmp_path: Path) -> None:
+    listed = _run(
+        "import importlib.metadata as m, json\n"
+        "print(json.dumps(sorted(d.metadata['Name'].lower() for d in m.distributions())))",
+        tmp_path,
+    )
+    installed = set(json.loads(listed))
+    print("installed with the SDK:", ", ".join(sorted(installed)))
+    assert {"animfleet", "httpx", "pydantic"} <= installed
+    assert not installed & FORBIDDEN, f"the base install pulled {installed & FORBIDDEN}"
+
+
+def test_importing_the_sdk_takes_under_a_bar(tmp_path: Path) -> None:
+    """The CPU seconds the import takes (what it costs on an idle machine: the wall clock of a
+    shared one also counts whoever else runs), the wall seconds printed beside them."""
+    probe = (
+        "import json, time\ncpu, wall = time.process_time(), time.perf_counter()\n"
+        "import animfleet_sdk\n"
+        "cpu, wall = time.process_time() - cpu, time.perf_counter() - wall\nimport sys\n"
+        "print(json.dumps([cpu, wall, sorted({m.partition('.')[0] for m in sys.modules})]))"
+    )
+    cpu, wall = [], []
+    for _ in range(IMPORTS):
+        took_cpu, took_wall, modules = json.loads(_run(probe, tmp_path))
+        cpu.append(took_cpu)
+        wall.append(took_wall)
+    loaded = set(modules)
+    assert not loaded & FORBIDDEN, f"importing the SDK imported {loaded & FORBIDDEN}"
+    median = statistics.median(cpu)
+    print(
+        f"import animfleet_sdk, median of {IMPORTS} fresh interpreters: {median:.3f} s CPU, "
+        f"{statistics.median(wall):.3f} s wall"
+    )
+    assert median < IMPORT_BAR_S, f"importing the SDK took {median:.3f} s CPU (median)"
 
 
 def test_50_jobs_from_a_base_install(

@@ -2,7 +2,7 @@
 submit jobs with the async SDK's ``submit_many``, wait on all, download every MP4.
 
 ``python base_client.py URL KEY IMAGE COUNT OUT_DIR``; exits non-zero on any failure. It also
-fails if importing the SDK pulled in torch or redis.
+fails if importing the SDK pulled in torch, redis or a broker library.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 
 async def main(url: str, key: str, image: Path, count: int, out: Path) -> None:
-    from animfleet.sdk import AsyncAnimfleet
+    from animfleet_sdk import AsyncAnimfleet
 
     heavy = sorted({"torch", "redis", "celery", "kombu"} & set(sys.modules))
     assert not heavy, f"importing the SDK imported {heavy}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-from animfleet.sdk._core import job_body
+from animfleet_sdk._core import job_body
 
 
 def test_control_images_are_sent_as_data_uris(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-from animfleet.sdk import _core
+from animfleet_sdk import _core
 
 
 def test_a_mask_is_sent_like_the_image(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from animfleet.sdk import _core
+from animfleet_sdk import _core
 from tools import cli
 from tools.brush_cli import parse_stroke, regions_from_args
 from tools.cli_errors import CliError

@@ -30,6 +30,7 @@ from animfleet.region.jobstore import JobStore
 from animfleet.region.listing import Listing
 from animfleet.region.tenants import Limits, Tenants
 from animfleet.topology import Topology
+from animfleet_api.bounds import MAX_PROMPT_CHARS
 from dispatcher import Client
 from dispatcher.admission import AdmissionSettings
 from dispatcher.gateway import GatewaySettings
@@ -101,7 +102,8 @@ def test_keys_are_required_checked_revocable_and_rate_limited(
     assert key not in bad.text
     assert httpx.get(f"{gateway}/v1/jobs", headers=_auth(key)).status_code == 200
     assert httpx.get(f"{gateway}/healthz").status_code == 200
-    assert httpx.get(f"{gateway}/").status_code == 200  # the playground page
+    page = httpx.get(f"{gateway}/")  # the playground page, its prompt bounded as the API's
+    assert page.status_code == 200 and f'maxlength="{MAX_PROMPT_CHARS}"' in page.text
     schema = httpx.get(f"{gateway}/openapi.json").json()
     assert schema["components"]["securitySchemes"]["ApiKey"]["scheme"] == "bearer"
 
@@ -240,8 +242,8 @@ def test_a_body_past_the_cap_is_refused_before_it_is_read(gateway: str, db: redi
 
 
 def test_the_sdk_models_match_the_openapi_document(gateway: str) -> None:
-    from animfleet.sdk import Job, JobPage
-    from animfleet.sdk.models import BatchResult, Output
+    from animfleet_sdk import Job, JobPage
+    from animfleet_sdk.models import BatchResult, Output
 
     schemas = httpx.get(f"{gateway}/openapi.json").json()["components"]["schemas"]
     models: list[tuple[type[BaseModel], str]] = [
@@ -255,7 +257,7 @@ def test_the_sdk_models_match_the_openapi_document(gateway: str) -> None:
 
 
 def test_the_sdk_lists_streams_and_reports_errors(gateway: str, db: redis.Redis) -> None:
-    from animfleet.sdk import Animfleet, RequestRefused
+    from animfleet_sdk import Animfleet, RequestRefused
 
     key = Tenants(db).create_key("sdk").key
     jobs = [_job(db, "sdk") for _ in range(3)]
@@ -275,7 +277,7 @@ def test_the_sdk_lists_streams_and_reports_errors(gateway: str, db: redis.Redis)
 
 
 def test_the_sdk_waits_out_retry_after(gateway: str, db: redis.Redis) -> None:
-    from animfleet.sdk import Animfleet
+    from animfleet_sdk import Animfleet
 
     tenants = Tenants(db)
     key = tenants.create_key("paced").key

@@ -13,7 +13,7 @@ TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "canceled", "expire
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
 
 class Progress(_Body):

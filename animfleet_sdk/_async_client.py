@@ -1,22 +1,24 @@
-"""The asynchronous client of the HTTP API: the same calls as :class:`~animfleet.sdk.Animfleet`."""
+"""The asynchronous client of the HTTP API. The synchronous one (``_sync_client.py``) is
+generated from this file by ``tools/generate_sync_sdk.py``: edit this one, then regenerate."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from animfleet.sdk import _core
-from animfleet.sdk.errors import WaitTimeout
-from animfleet.sdk.models import BatchResult, Event, Job, JobPage
+from animfleet_sdk import _core
+from animfleet_sdk.errors import WaitTimeout
+from animfleet_sdk.models import BatchResult, Event, Job, JobPage
 
 
 class AsyncAnimfleet:
-    """``async with AsyncAnimfleet(url, api_key="af_...") as api: await api.submit(...)``.
+    """``async with AsyncAnimfleet("https://api.example.com", api_key="af_...") as api:
+    await api.submit(...)``: submit, follow, fetch.
 
     429 and 503 answers are retried after their ``Retry-After``, up to ``max_retries`` times;
     every submit carries an idempotency key, so a retry never makes a second job.
@@ -63,9 +65,12 @@ class AsyncAnimfleet:
         wait: float | None = None,
         **options: Any,
     ) -> Job:
-        """Enqueue a job (``options``: mask (a PNG, white animates), frames, fps, size or
-        width/height (default: 512 px on the image's long side, its aspect ratio), seed,
-        webhook, deadline, metadata...).
+        """Enqueue a job; ``options`` are the other fields of
+        :class:`animfleet_api.request.JobRequest`: mask (a PNG, white animates), frames, fps,
+        size or width/height (default: 512 px on the image's long side, its aspect ratio),
+        seed, model, webhook, deadline, metadata...; ``model`` is a deployment or a pinned
+        ``name@version``; ``addons``, each ``{"name", "scale"}`` and, for an image-conditioned
+        one, its control ``image`` (bytes, a file, a URL or an ``inputs/`` key, like ``image``).
         ``regions``: motion-brush regions, each ``{"mask", "kind", "stroke", "speed",
         "amplitude"}`` (the mask like ``image``); ``loop``: a seamless loop.
         ``wait``: answer once it finished or after that many seconds (at most 60)."""
@@ -102,9 +107,7 @@ class AsyncAnimfleet:
             if time.monotonic() >= deadline:
                 raise WaitTimeout(f"job {job_id} still {job.status} after {timeout} s")
 
-    async def stream(
-        self, job_id: str, last_event_id: str | None = None
-    ) -> AsyncGenerator[Event, None]:
+    async def stream(self, job_id: str, last_event_id: str | None = None) -> AsyncIterator[Event]:
         """The job's live events up to its terminal one; a dropped connection is resumed."""
         parser = _core.EventParser(last_event_id)
         for _ in range(self.max_retries + 1):

@@ -13,12 +13,12 @@ from typing import Any
 
 import httpx
 
-from animfleet.sdk.errors import ApiError, RequestRefused, TryLater
-from animfleet.sdk.models import Event
+from animfleet_api.bounds import MAX_PREFER_WAIT_S as MAX_PREFER_WAIT_S
+from animfleet_sdk.errors import ApiError, RequestRefused, TryLater
+from animfleet_sdk.models import Event
 
 RETRY_STATUSES = frozenset({429, 503})
 DEFAULT_RETRY_S = 1.0
-MAX_PREFER_WAIT_S = 60
 USER_AGENT = "animfleet-sdk/1"
 
 Image = bytes | str | Path

@@ -1,21 +1,23 @@
-"""The synchronous client of the HTTP API."""
+"""The synchronous client of the HTTP API, generated from ``_async_client.py`` by
+``tools/generate_sync_sdk.py`` (``make generate-sdk-sync``): edit that file, not this one."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from animfleet.sdk import _core
-from animfleet.sdk.errors import WaitTimeout
-from animfleet.sdk.models import BatchResult, Event, Job, JobPage
+from animfleet_sdk import _core
+from animfleet_sdk.errors import WaitTimeout
+from animfleet_sdk.models import BatchResult, Event, Job, JobPage
 
 
 class Animfleet:
-    """``Animfleet("https://api.example.com", api_key="af_...")``: submit, follow, fetch.
+    """``with Animfleet("https://api.example.com", api_key="af_...") as api:
+    api.submit(...)``: submit, follow, fetch.
 
     429 and 503 answers are retried after their ``Retry-After``, up to ``max_retries`` times;
     every submit carries an idempotency key, so a retry never makes a second job.
@@ -62,9 +64,10 @@ class Animfleet:
         wait: float | None = None,
         **options: Any,
     ) -> Job:
-        """Enqueue a job (``options``: mask (a PNG, white animates), frames, fps, size or
-        width/height (default: 512 px on the image's long side, its aspect ratio), seed,
-        model, webhook, deadline, metadata...); ``model`` is a deployment or a pinned
+        """Enqueue a job; ``options`` are the other fields of
+        :class:`animfleet_api.request.JobRequest`: mask (a PNG, white animates), frames, fps,
+        size or width/height (default: 512 px on the image's long side, its aspect ratio),
+        seed, model, webhook, deadline, metadata...; ``model`` is a deployment or a pinned
         ``name@version``; ``addons``, each ``{"name", "scale"}`` and, for an image-conditioned
         one, its control ``image`` (bytes, a file, a URL or an ``inputs/`` key, like ``image``).
         ``regions``: motion-brush regions, each ``{"mask", "kind", "stroke", "speed",
@@ -103,7 +106,7 @@ class Animfleet:
             if time.monotonic() >= deadline:
                 raise WaitTimeout(f"job {job_id} still {job.status} after {timeout} s")
 
-    def stream(self, job_id: str, last_event_id: str | None = None) -> Generator[Event, None, None]:
+    def stream(self, job_id: str, last_event_id: str | None = None) -> Iterator[Event]:
         """The job's live events up to its terminal one; a dropped connection is resumed."""
         parser = _core.EventParser(last_event_id)
         for _ in range(self.max_retries + 1):
@@ -153,7 +156,7 @@ class Animfleet:
         """The job's MP4 (from its signed output URL, read afresh); also written to ``path``."""
         current = self.get(job if isinstance(job, str) else job.id)  # a fresh URL
         url = _core.output_url(current)
-        with httpx.Client(timeout=self.http.timeout) as plain:  # the key stays with the API
+        with httpx.Client(timeout=self.http.timeout) as plain:  # key stays with API
             response = plain.get(url)
             response.raise_for_status()
         if path is not None:
