@@ -174,7 +174,7 @@ eval-served: venv
 ADDON_FLAGS := --steps 600 --rank 8 --learning-rate 0.01 --flow-weight 30
 train-addons: venv
 	for motion in shake pulse orbit; do ANIMFLEET_TORCH_THREADS=1 $(PY) -m \
-		tools.training.addons_cli train --motion $$motion --run run/addons/$$motion \
+		tools.training.addons.lora_cli train --motion $$motion --run run/addons/$$motion \
 		--out models/addons/$$motion $(ADDON_FLAGS) || exit 1; done
 
 bench-addons: venv
@@ -223,7 +223,7 @@ bench-fullres: venv
 .PHONY: train-control bench-control
 CONTROL_FLAGS := --steps 1800 --learning-rate 3e-3 --flow-weight 30 --seed 0
 train-control: venv
-	ANIMFLEET_TORCH_THREADS=1 nice -n 10 $(PY) -m tools.training.control_cli train \
+	ANIMFLEET_TORCH_THREADS=1 nice -n 10 $(PY) -m tools.training.addons.control_cli train \
 		--run run/addons/path --out models/addons/path $(CONTROL_FLAGS)
 
 bench-control: venv

@@ -36,13 +36,14 @@ from safetensors.torch import load_file
 
 from animfleet.addons import AddonUse
 from animfleet.jobs import JobParams
-from tools.training.addon_motions import AddonMotion, addon_sample
-from tools.training.metrics import to_uint8
-from workers.model.addons import WEIGHTS_FILE, addons_root
+from tools.training.data.addon_motions import AddonMotion, addon_sample
+from tools.training.evaluation.frame_metrics import to_uint8
+from workers.model.addons.store import WEIGHTS_FILE, addons_root
 from workers.model.animator import Animator
-from workers.model.loading import Variant, load_pipeline, prepare_image
-from workers.model.pipeline import AnimationPipeline
-from workers.model.serving import load_serving
+from workers.model.pipelines.animation import AnimationPipeline
+from workers.model.pipelines.generation import GenerationParams
+from workers.model.runtime.loading import Variant, load_pipeline, prepare_image
+from workers.model.runtime.serving import load_serving
 
 MODEL = Path("models/animfleet-small-distilled")
 RATIO_BAR = 1.15
@@ -206,16 +207,8 @@ def main(argv: list[str] | None = None) -> int:
 def pristine_frames(image: bytes, params: JobParams, variant: Variant) -> np.ndarray[Any, Any]:
     """The base model's frames from a pipeline that never had add-on machinery."""
     pipe: AnimationPipeline = load_pipeline(MODEL, variant)
-    frames: np.ndarray[Any, Any] = pipe(
-        prepare_image(image, params.width, params.height),
-        params.prompt,
-        num_frames=params.frames,
-        fps=params.fps,
-        num_inference_steps=variant.steps,
-        image_guidance_scale=variant.image_guidance_scale,
-        text_guidance_scale=variant.text_guidance_scale,
-        seed=params.seed,
-    )
+    pixels = prepare_image(image, params.width, params.height)
+    frames: np.ndarray[Any, Any] = pipe(pixels, GenerationParams.for_job(params, variant))
     return frames
 
 

@@ -12,13 +12,13 @@ from diffusers.models.attention_processor import Attention, AttnProcessor2_0
 from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks.shapes import TEXT_TOKENS
-from workers.model.attention import (
+from workers.model.networks.attention import (
     ContextDedupProcessor,
     RepeatLayout,
     install_context_dedup,
     uninstall_context_dedup,
 )
-from workers.model.loading import ShapeBucket
+from workers.model.runtime.loading import ShapeBucket
 
 BATCH = 3  # the teacher's three guidance passes
 TOKENS = TEXT_TOKENS + 1  # text tokens and the image token

@@ -28,8 +28,8 @@ from benchmarks.attention_bench import attention_report, unet_flops
 from benchmarks.shapes import save_bench_model
 from tools.serving.measure import Config, Result, measure
 from tools.serving.tune import base_variant
-from workers.model.loading import ShapeBucket
-from workers.model.profile import choose, device_key, psnr
+from workers.model.runtime.loading import ShapeBucket
+from workers.model.runtime.profile import choose, device_key, psnr
 
 
 @dataclass(frozen=True)

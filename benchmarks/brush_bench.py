@@ -28,8 +28,8 @@ from PIL import Image
 
 from animfleet.brush import region_input
 from animfleet.jobs import JobParams
-from tools.training.brush_eval import brushed_regions, png, served_animator, square
-from tools.training.photos import photo_uint8
+from tools.training.data.photos import photo_uint8
+from tools.training.evaluation.brush_eval import brushed_regions, png, served_animator, square
 from workers.encode import encode_mp4
 
 BAR = 2.0

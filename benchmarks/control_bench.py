@@ -33,14 +33,19 @@ from PIL import Image
 from animfleet.addons import AddonUse, control_input
 from animfleet.jobs import JobParams
 from benchmarks.addons_bench import MODEL, OVERHEAD_BAR, RATIO_BAR, pristine_frames, table
-from tools.training.control_data import path_sample
-from tools.training.metrics import to_uint8
-from workers.model.addons import addons_root
+from tools.training.addons.control_data import path_sample
+from tools.training.evaluation.frame_metrics import to_uint8
+from workers.model.addons.control_branch import (
+    ControlEncoder,
+    Residuals,
+    control_pixels,
+    read_control,
+)
+from workers.model.addons.control_run import compute, run_branch
+from workers.model.addons.store import addons_root
 from workers.model.animator import Animator
-from workers.model.control_branch import ControlEncoder, Residuals, control_pixels, read_control
-from workers.model.control_run import compute, run_branch
-from workers.model.loading import Variant
-from workers.model.serving import load_serving
+from workers.model.runtime.loading import Variant
+from workers.model.runtime.serving import load_serving
 
 NAME = "path"
 

@@ -31,12 +31,13 @@ import torch.nn.functional as F
 from PIL import Image
 
 from animfleet.jobs import JobParams
-from tools.training.photos import photo_uint8
+from tools.training.data.photos import photo_uint8
 from workers.encode import encode_mp4
 from workers.model.animator import Animator
-from workers.model.loading import Variant, prepare_image
-from workers.model.render import outside, predict, render, sampling_grid
-from workers.model.serving import load_serving
+from workers.model.pipelines.generation import GenerationParams
+from workers.model.pipelines.render import outside, predict, render, sampling_grid
+from workers.model.runtime.loading import Variant, prepare_image
+from workers.model.runtime.serving import load_serving
 
 MODEL = Path("models/animfleet-small-distilled")
 SIZES = (64, 256, 512, 1024)
@@ -83,10 +84,16 @@ def check(animator: Animator, image: bytes, frames: int) -> None:
     """The rendered path against the plain one at 64 px, and frame 0 at every size."""
     pixels = prepare_image(image, 64, 64)
     variant = animator.variant
-    args = (pixels, "pan left", frames, 8, variant.steps)
-    scales = (variant.image_guidance_scale, variant.text_guidance_scale)
-    plain = animator.pipeline(*args, *scales)
-    clip = predict(animator.pipeline, *args, *scales)
+    params = GenerationParams(
+        "pan left",
+        frames,
+        8,
+        variant.steps,
+        variant.image_guidance_scale,
+        variant.text_guidance_scale,
+    )
+    plain = animator.pipeline(pixels, params)
+    clip = predict(animator.pipeline, pixels, params)
     rendered = render(pixels, clip)
     # Exact where the warp's source is inside the image, away from the strip that came into
     # view (there the renderer drops the residual that corrected border streaks).

@@ -38,13 +38,13 @@ import numpy.typing as npt
 from PIL import Image
 
 from animfleet.jobs import JobParams
-from tools.training.data import heldout_sample
-from tools.training.mask_scenes import KINDS, classify_inside, mask_png, scene_mask
-from tools.training.motions import FAMILIES
+from tools.training.data.motions import FAMILIES
+from tools.training.data.scenes import heldout_sample
+from tools.training.evaluation.mask_scenes import KINDS, classify_inside, mask_png, scene_mask
 from workers.model.animator import Animator
-from workers.model.loading import prepare_image
-from workers.model.mask import MaskRegion, mask_region
-from workers.model.masked import size_multiple
+from workers.model.imaging.mask import MaskRegion, mask_region
+from workers.model.pipelines.masked import size_multiple
+from workers.model.runtime.loading import prepare_image
 
 MODEL = Path("models/animfleet-small-distilled")
 AREAS = (0.10, 0.25, 0.50, 1.00)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from diffusers import AutoencoderKLTemporalDecoder, UNetSpatioTemporalConditionModel
 
-from workers.model.build import build_pipeline
-from workers.model.pipeline import AnimationPipeline
+from workers.model.pipelines.animation import AnimationPipeline
+from workers.model.pipelines.build import build_pipeline
 
 CONTEXT_DIM = 96
 TEXT_TOKENS = 77

@@ -11,7 +11,7 @@ import numpy.typing as npt
 import torch
 from diffusers import AutoencoderKLTemporalDecoder
 
-from workers.model.loading import ShapeBucket
+from workers.model.runtime.loading import ShapeBucket
 
 
 def _decode(vae: AutoencoderKLTemporalDecoder, latents: torch.Tensor) -> npt.NDArray[np.uint8]:

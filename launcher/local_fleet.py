@@ -104,7 +104,7 @@ class LocalFleet:
 
             self.model_dir = shipped_model()  # a trained model when there is one
         if self.model_dir is None and self.workers_per_region:
-            from workers.model.build import init_model
+            from workers.model.pipelines.build import init_model
 
             self.model_dir = init_model(self.root / "models" / "random")
         for region in self.regions:

@@ -19,7 +19,7 @@ from launcher.local_fleet import LocalFleet
 
 # Tests serve models nobody profiled (tiny and random ones, the shipped ones on another CPU
 # kind): their workers serve the safe choice instead of measuring at boot, unless a test asks
-# for it (tests/workers/model/test_boot_tune.py). Worker processes inherit this.
+# for it (tests/workers/model/runtime/test_boot_tune.py). Worker processes inherit this.
 os.environ.setdefault("ANIMFLEET_WORKER_BOOT_TUNE_S", "0")
 
 
@@ -52,7 +52,7 @@ def shipped_model() -> Path:
 
 @pytest.fixture(scope="session")
 def random_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from workers.model.build import init_model
+    from workers.model.pipelines.build import init_model
 
     return init_model(tmp_path_factory.mktemp("models") / "random")
 

@@ -41,7 +41,7 @@ SKY = ((0.53, 0.0), (1.0, 0.0), (1.0, 0.27), (0.53, 0.27))
 def brushed_demo() -> tuple[bytes, list[dict[str, Any]], tuple[int, int]]:
     """The demo photograph (PNG), its two regions (as ``Client.submit`` takes them) and the
     video's (width, height): 512 px wide at the photograph's aspect ratio."""
-    from tools.training.photos import photo_uint8
+    from tools.training.data.photos import photo_uint8
 
     photo = Image.fromarray(photo_uint8("china"))
     width, height = photo.size

@@ -9,7 +9,7 @@ from typing import Any
 
 
 def cmd_model_init(args: argparse.Namespace) -> int:
-    from workers.model.build import init_model
+    from workers.model.pipelines.build import init_model
 
     path = init_model(args.directory, seed=args.seed)
     print(f"wrote a random-weight pipeline to {path}")
@@ -29,31 +29,31 @@ def cmd_model_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_train_fill(args: argparse.Namespace) -> int:
-    from tools.training.fill_cli import train_fill
+    from tools.training.fill.train_cli import train_fill
 
     return train_fill(args)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from tools.training.cli import train
+    from tools.training.commands import train
 
     return train(args)
 
 
 def cmd_distill(args: argparse.Namespace) -> int:
-    from tools.training.cli import distill
+    from tools.training.commands import distill
 
     return distill(args)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from tools.training.cli import evaluate
+    from tools.training.commands import evaluate
 
     return evaluate(args)
 
 
 def cmd_slim(args: argparse.Namespace) -> int:
-    from tools.training.cli import slim
+    from tools.training.commands import slim
 
     return slim(args)
 
@@ -62,13 +62,13 @@ def add_model_commands(sub: Any) -> None:
     """Add the model and training commands to ``sub`` (the CLI's subparsers)."""
     from tools.registry_cli import add_registry_commands
     from tools.serving.cli import add_compile_arguments, add_tune_arguments
-    from tools.training.cli import (
+    from tools.training.commands import (
         add_distill_arguments,
         add_eval_arguments,
         add_slim_arguments,
         add_train_arguments,
     )
-    from tools.training.fill_cli import add_arguments as add_fill_arguments
+    from tools.training.fill.train_cli import add_arguments as add_fill_arguments
 
     model = sub.add_parser("model", help="model files").add_subparsers(
         dest="action", required=True, metavar="ACTION"

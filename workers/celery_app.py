@@ -223,7 +223,7 @@ def load_model(**_: Any) -> None:
     from workers.heartbeat import Heartbeat
     from workers.model import Animator
     from workers.model.animator import load_animator
-    from workers.model.boot_tune import SharedProfiles
+    from workers.model.runtime.boot_tune import SharedProfiles
     from workers.prefetch import PrefetchListener, held_things
     from workers.runner import JobRunner
     from workers.versions import (

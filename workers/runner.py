@@ -41,9 +41,9 @@ from workers.errors import WorkerError
 from workers.heartbeat import Heartbeat
 from workers.inputs import StoredInputError, StoredInputMissing, stored_inputs
 from workers.model import Animator, ModelError
-from workers.model.grey import is_grey, to_grey
-from workers.model.masked import prefetch
-from workers.model.pipeline import StepCallback
+from workers.model.imaging.grey import is_grey, to_grey
+from workers.model.pipelines.animation import StepCallback
+from workers.model.pipelines.masked import prefetch
 from workers.outcomes import observe_outcome, version_to_run
 from workers.settings import WorkerSettings
 from workers.versions import ModelShelf

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from dispatcher.inputs import InvalidInput, check_image, parse_request
-from workers.model.loading import prepare_image
+from workers.model.runtime.loading import prepare_image
 
 JSONISH = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=20),

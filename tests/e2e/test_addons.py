@@ -18,11 +18,11 @@ import pytest
 import torch
 from PIL import Image
 
-from tools.training.addon_motions import AddonMotion, addon_sample
-from tools.training.control import ANGLE_TOLERANCE_DEG, angle_error
-from tools.training.control_data import draw_path, path_sample
-from tools.training.metrics import to_uint8
-from tools.training.motion_estimate import classify_with_addons, estimate
+from tools.training.addons.control import ANGLE_TOLERANCE_DEG, angle_error
+from tools.training.addons.control_data import draw_path, path_sample
+from tools.training.data.addon_motions import AddonMotion, addon_sample
+from tools.training.evaluation.frame_metrics import to_uint8
+from tools.training.evaluation.motion_estimate import classify_with_addons, estimate
 
 pytestmark = pytest.mark.e2e
 

@@ -12,8 +12,8 @@ from dispatcher import Client
 from launcher.local_fleet import LocalFleet
 from storage import open_store
 from tests.workers.model.tiny import tiny_student
-from workers.model.boot_tune import shared_key
-from workers.model.profile import DeviceProfile
+from workers.model.runtime.boot_tune import shared_key
+from workers.model.runtime.profile import DeviceProfile
 
 pytestmark = pytest.mark.e2e
 

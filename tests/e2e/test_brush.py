@@ -4,7 +4,7 @@ masks are hashed on the record; a malformed region is refused at submit naming i
 
 The MP4 is H.264 (lossy), so stillness is judged against the codec's own rendering of a still
 clip, away from the region's soft edge and coded blocks; the exact checks are on the worker's
-frames before encoding (tests/workers/model/test_brush.py, ``animfleet eval --brush``).
+frames before encoding (tests/workers/model/imaging/test_brush.py, ``animfleet eval --brush``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tools.training.photos import photo_uint8
+from tools.training.data.photos import photo_uint8
 from workers.encode import encode_mp4
 
 pytestmark = pytest.mark.e2e

@@ -14,7 +14,7 @@ from animfleet.jobs import JobState
 from dispatcher import Client
 from launcher.local_fleet import LocalFleet
 from storage import open_store
-from workers.model.loading import prepare_image
+from workers.model.runtime.loading import prepare_image
 
 pytestmark = pytest.mark.e2e
 

@@ -5,7 +5,7 @@ animates nothing is refused at submit, naming the field.
 The MP4 is H.264 in yuv420p, which is lossy (chroma at half resolution, DCT blocks that bleed
 across the mask's edge), so here the unmasked pixels are compared with a tolerance, away from
 the mask's blocks; the exact check is on the worker's frames before encoding
-(tests/workers/model/test_templates.py and ``make bench-mask``).
+(tests/workers/model/imaging/test_templates.py and ``make bench-mask``).
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from tools.training.data import heldout_sample
-from tools.training.mask_scenes import KINDS, classify_inside, mask_png, scene_mask
-from tools.training.metrics import to_uint8
+from tools.training.data.scenes import heldout_sample
+from tools.training.evaluation.frame_metrics import to_uint8
+from tools.training.evaluation.mask_scenes import KINDS, classify_inside, mask_png, scene_mask
 from workers.encode import encode_mp4
-from workers.model.mask import mask_region
+from workers.model.imaging.mask import mask_region
 
 pytestmark = pytest.mark.e2e
 # The background may come back at most this much worse than H.264 (the worker's encoder and

@@ -15,7 +15,7 @@ from animfleet.jobs import JobRecord
 from animfleet.region.affinity import Holdings, addon_thing, image_digest, template_thing
 from animfleet.region.keys import JOB_KEY
 from launcher.local_fleet import LocalFleet
-from tools.training.mask_scenes import mask_png, scene_mask
+from tools.training.evaluation.mask_scenes import mask_png, scene_mask
 
 pytestmark = pytest.mark.e2e
 

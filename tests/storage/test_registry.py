@@ -22,7 +22,7 @@ from storage.registry import (
     directory_files,
 )
 from storage.s3 import S3Store
-from workers.model.pipeline import AnimationPipeline
+from workers.model.pipelines.animation import AnimationPipeline
 
 
 def _tree(root: Path, files: dict[str, bytes]) -> Path:

@@ -14,9 +14,9 @@ from tests.workers.model.tiny import tiny_student
 from tools.serving.compile import compile_model
 from tools.serving.tune import tune
 from workers.model import Animator
-from workers.model.aot import AOT_DIR, MANIFEST, AOTDenoiser, load_packages
-from workers.model.loading import ShapeBucket, Variant
-from workers.model.profile import (
+from workers.model.runtime.aot import AOT_DIR, MANIFEST, AOTDenoiser, load_packages
+from workers.model.runtime.loading import ShapeBucket, Variant
+from workers.model.runtime.profile import (
     PROFILE_FILE,
     Choice,
     ServingProfile,

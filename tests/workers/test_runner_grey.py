@@ -22,9 +22,9 @@ from animfleet.region.admission import seed
 from animfleet.region.jobstore import JobStore
 from animfleet.topology import Region
 from storage.local import LocalStore
-from tools.training.photos import photo_uint8
+from tools.training.data.photos import photo_uint8
 from workers.model import Animator
-from workers.model.grey import is_grey, to_grey
+from workers.model.imaging.grey import is_grey, to_grey
 from workers.runner import JobRunner
 from workers.settings import WorkerSettings
 

@@ -23,8 +23,8 @@ from animfleet.region.jobstore import JobStore
 from animfleet.topology import Region
 from storage.local import LocalStore
 from workers.model import Animator
-from workers.model.loading import prepare_image
-from workers.model.mask import mask_region
+from workers.model.imaging.mask import mask_region
+from workers.model.runtime.loading import prepare_image
 from workers.runner import JobRunner
 from workers.settings import WorkerSettings
 

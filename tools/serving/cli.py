@@ -39,7 +39,7 @@ def add_compile_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _model_and_buckets(args: argparse.Namespace) -> tuple[Path, list[object]]:
     from animfleet.models import resolve_model
-    from workers.model.loading import ShapeBucket
+    from workers.model.runtime.loading import ShapeBucket
 
     buckets: list[object] = [ShapeBucket.parse(b) for b in args.buckets.split(",") if b.strip()]
     return resolve_model(args.model), buckets
@@ -47,7 +47,7 @@ def _model_and_buckets(args: argparse.Namespace) -> tuple[Path, list[object]]:
 
 def run_tune(args: argparse.Namespace) -> int:
     from tools.serving.tune import report, tune
-    from workers.model.profile import save_profile
+    from workers.model.runtime.profile import save_profile
 
     model_dir, buckets = _model_and_buckets(args)
     entry = tune(
@@ -67,7 +67,7 @@ def run_tune(args: argparse.Namespace) -> int:
 
 def run_compile(args: argparse.Namespace) -> int:
     from tools.serving.compile import compile_model
-    from workers.model.profile import Choice, choose, device_key
+    from workers.model.runtime.profile import Choice, choose, device_key
 
     model_dir, buckets = _model_and_buckets(args)
     choice = None

@@ -2,8 +2,8 @@
 
 The U-Net is exported (torch.export) with the inputs the pipeline really gives it for each
 bucket, recorded from one eager step, and compiled ahead of time into ``aot/<key>/`` beside the
-model (see :mod:`workers.model.aot` for the key). Precision and context de-dup follow the model's
-serving profile for this device unless given.
+model (see :mod:`workers.model.runtime.aot` for the key). Precision and context de-dup follow the
+model's serving profile for this device unless given.
 """
 
 from __future__ import annotations
@@ -18,9 +18,17 @@ import numpy as np
 import torch
 
 from tools.serving.tune import base_variant
-from workers.model.aot import AOT_DIR, Manifest, Shape, _inputs, artifact_key, build_packages
-from workers.model.loading import ShapeBucket, load_pipeline
-from workers.model.profile import Choice, choose, device_key
+from workers.model.pipelines.generation import GenerationParams
+from workers.model.runtime.aot import (
+    AOT_DIR,
+    Manifest,
+    Shape,
+    _inputs,
+    artifact_key,
+    build_packages,
+)
+from workers.model.runtime.loading import ShapeBucket, load_pipeline
+from workers.model.runtime.profile import Choice, choose, device_key
 
 
 def record_calls(pipe: Any, buckets: list[ShapeBucket]) -> dict[Shape, tuple[Any, ...]]:
@@ -35,7 +43,9 @@ def record_calls(pipe: Any, buckets: list[ShapeBucket]) -> dict[Shape, tuple[Any
     try:
         for bucket in buckets:
             image = np.full((bucket.height, bucket.width, 3), 127, dtype=np.uint8)
-            pipe(image, "pan left slowly", num_frames=bucket.frames, fps=8, num_inference_steps=1)
+            pipe(
+                image, GenerationParams("pan left slowly", bucket.frames, 8, num_inference_steps=1)
+            )
     finally:
         handle.remove()
     # Cloned outside the pipeline's inference mode: export needs ordinary tensors.

@@ -16,13 +16,13 @@ from PIL import Image
 
 from animfleet.jobs import JobParams
 from animfleet.models import resolve_model
-from tools.training.data import heldout_sample
-from tools.training.evaluate import EvalSettings
-from tools.training.metrics import to_uint8
-from tools.training.motion_estimate import classify
+from tools.training.data.scenes import heldout_sample
+from tools.training.evaluation.evaluate import EvalSettings
+from tools.training.evaluation.frame_metrics import to_uint8
+from tools.training.evaluation.motion_estimate import classify
 from workers.model.animator import Animator, load_animator
-from workers.model.loading import Variant
-from workers.model.profile import psnr
+from workers.model.runtime.loading import Variant
+from workers.model.runtime.profile import psnr
 from workers.settings import WorkerSettings
 
 

@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 from PIL import Image
 
-from workers.model.loading import ShapeBucket, Variant
+from workers.model.runtime.loading import ShapeBucket, Variant
 
 PROMPT = "pan left slowly"
 Frames = npt.NDArray[np.uint8]

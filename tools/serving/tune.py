@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 
 from tools.serving.measure import Config, Result, measure
-from workers.model.loading import ShapeBucket, Variant
-from workers.model.profile import (
+from workers.model.runtime.loading import ShapeBucket, Variant
+from workers.model.runtime.profile import (
     PSNR_FLOOR_DB,
     Attention,
     Choice,
@@ -33,7 +33,7 @@ from workers.model.profile import (
     save_profile,
     weights_hash,
 )
-from workers.model.serving import load_serving
+from workers.model.runtime.serving import load_serving
 
 
 def has_attention(model_dir: Path) -> bool:

@@ -1,4 +1,7 @@
-"""Offline tools that make the shipped model: procedural data, training, evaluation.
+"""Offline tools that make the shipped models: procedural data, training, evaluation.
 
-``animfleet train`` and ``animfleet eval`` run them; the fleet never imports this package.
+One folder per thing trained (``base``, ``student``, ``slim``, ``addons``, ``fill``), over what
+they share: ``data``, ``evaluation`` and the resumable run (``loop.TrainingRun``).
+``animfleet train``, ``distill``, ``eval`` and ``slim`` run them (``commands``); the fleet never
+imports this package.
 """

@@ -1,5 +1,6 @@
 """What every training run here shares: the resumable run (weights, EMA copy, optimiser,
-checkpoint, export), its step loop and the EMA update."""
+checkpoint, export), its step loop and the EMA update. The base model, the student, the slimmed
+arms, the add-ons and the edge fill all train through :class:`TrainingRun`."""
 
 from __future__ import annotations
 
@@ -11,13 +12,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import Field, asdict, dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import torch
 from tqdm import tqdm
-
-if TYPE_CHECKING:
-    from workers.model.pipeline import AnimationPipeline
 
 LOSS_WINDOW = 25  # steps averaged into one point of the loss curve
 CHECKPOINT = "checkpoint.pt"
@@ -36,8 +34,11 @@ class RunConfig(Protocol):
     """What the shared run needs of a config: a dataclass with these hyper-parameters."""
 
     __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
-    learning_rate: float
-    ema_decay: float
+
+    @property
+    def learning_rate(self) -> float: ...
+    @property
+    def ema_decay(self) -> float: ...
 
 
 C = TypeVar("C", bound=RunConfig)
@@ -57,12 +58,24 @@ def run_config(run_dir: Path, config: C | None, config_type: type[C]) -> C:
     return found
 
 
-class TrainingRun(ABC, Generic[C, S]):
-    """A resumable run in one directory: the pipeline being trained, its EMA copy (what is
-    exported), the AdamW optimiser, and the checkpoint that holds all three with the progress.
+class Pretrained(Protocol):
+    """What the default export needs of the exported weights: diffusers' ``save_pretrained``."""
+
+    def save_pretrained(self, save_directory: Path, *, safe_serialization: bool) -> None: ...
+
+
+M = TypeVar("M", bound=Pretrained)  # what a run holds: a pipeline or one module
+
+
+class TrainingRun(ABC, Generic[C, S, M]):
+    """A resumable run in one directory: the model being trained, its EMA copy (what is
+    exported; a run without one exports the live weights), the AdamW optimiser, and the
+    checkpoint that holds them with the progress.
 
     Subclasses choose the trained modules, the learning-rate schedule, the loss (through
-    :meth:`_run`) and what is written beside the exported weights.
+    :meth:`_run`) and what is written beside the exported weights; a run whose weights are
+    not whole modules (a LoRA's) or live outside the model (a branch's) overrides how they
+    are gathered, checkpointed and exported.
     """
 
     desc = "train"  # progress bar label
@@ -76,19 +89,19 @@ class TrainingRun(ABC, Generic[C, S]):
         self,
         run_dir: Path,
         config: C,
-        pipe: AnimationPipeline,
-        ema: AnimationPipeline,
+        model: M,
+        ema: M | None,
         state: S,
         weight_decay: float,
     ) -> None:
         self.run_dir = run_dir
         self.config = config
-        self.pipe = pipe
+        self.model = model
         self.ema = ema
-        # The EMA starts as the live weights, whatever the two builds drew.
-        for module, average in zip(self._trained(pipe), self._trained(ema), strict=True):
-            average.load_state_dict(module.state_dict())
-        self.params = [p for module in self._trained(pipe) for p in module.parameters()]
+        if ema is not None:  # the EMA starts as the live weights, whatever the two builds drew
+            for module, average in zip(self._trained(model), self._trained(ema), strict=True):
+                average.load_state_dict(module.state_dict())
+        self.params = self._parameters()
         self.optimizer = torch.optim.AdamW(
             self.params, lr=config.learning_rate, weight_decay=weight_decay
         )
@@ -97,8 +110,8 @@ class TrainingRun(ABC, Generic[C, S]):
             self._load()
 
     @abstractmethod
-    def _trained(self, pipe: AnimationPipeline) -> list[torch.nn.Module]:
-        """The modules of ``pipe`` that the optimiser updates (and the EMA follows)."""
+    def _trained(self, model: M) -> list[torch.nn.Module]:
+        """The modules of ``model`` that the optimiser updates (and the EMA follows)."""
 
     @abstractmethod
     def _learning_rate(self, step: int) -> float: ...
@@ -106,6 +119,15 @@ class TrainingRun(ABC, Generic[C, S]):
     @abstractmethod
     def _describe(self, directory: Path) -> None:
         """Write what the export carries besides the weights (the run's summary)."""
+
+    @property
+    def exported(self) -> M:
+        """The weights an export writes: the EMA copy, else the live ones."""
+        return self.model if self.ema is None else self.ema
+
+    def _parameters(self) -> list[torch.nn.Parameter]:
+        """What the optimiser updates: every parameter of the trained modules."""
+        return [p for module in self._trained(self.model) for p in module.parameters()]
 
     def train_step(self, loss: Callable[[int], torch.Tensor]) -> float:
         """One optimiser step on ``loss(step)``, then the EMA update; returns the loss."""
@@ -117,7 +139,9 @@ class TrainingRun(ABC, Generic[C, S]):
         value.backward()  # type: ignore[no-untyped-call]
         torch.nn.utils.clip_grad_norm_(self.params, 1.0)
         self.optimizer.step()
-        update_ema(self._trained(self.pipe), self._trained(self.ema), step, self.config.ema_decay)
+        if self.ema is not None:
+            live, average = self._trained(self.model), self._trained(self.ema)
+            update_ema(live, average, step, self.config.ema_decay)
         self.state.step += 1
         return value.item()
 
@@ -141,6 +165,10 @@ class TrainingRun(ABC, Generic[C, S]):
             loss_format=self.loss_format,
         )
 
+    def _loss_plot(self) -> dict[str, str]:
+        """The ylabel and title of ``loss.png``."""
+        return self.plot_labels
+
     def save(self) -> None:
         """Write the checkpoint atomically (a kill mid-write leaves the previous one)."""
         from tools.training.plots import plot_loss  # matplotlib only when a run saves
@@ -148,25 +176,40 @@ class TrainingRun(ABC, Generic[C, S]):
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.json").write_text(json.dumps(asdict(self.config), indent=2))
         payload: dict[str, Any] = {
-            self.weights_key: self._pack(self.pipe),
-            "ema": self._pack(self.ema),
+            **self._checkpoint(),
             "optimizer": self.optimizer.state_dict(),
             "state": asdict(self.state),
         }
         write_checkpoint(self.run_dir, payload)
         if self.state.losses:
-            plot_loss(self.state.losses, self.run_dir / "loss.png", **self.plot_labels)
+            plot_loss(self.state.losses, self.run_dir / "loss.png", **self._loss_plot())
 
-    def _pack(self, pipe: AnimationPipeline) -> Any:
-        weights = [module.state_dict() for module in self._trained(pipe)]
+    def _checkpoint(self) -> dict[str, Any]:
+        """The checkpoint's entries besides the optimiser and the progress: the weights."""
+        payload = {self.weights_key: self._pack(self.model)}
+        if self.ema is not None:
+            payload["ema"] = self._pack(self.ema)
+        return payload
+
+    def _restore(self, payload: dict[str, Any]) -> None:
+        """Load what :meth:`_checkpoint` saved."""
+        self._unpack(self.model, payload[self.weights_key])
+        if self.ema is not None:
+            self._unpack(self.ema, payload["ema"])
+
+    def _pack(self, model: M) -> Any:
+        weights = [module.state_dict() for module in self._trained(model)]
         return weights[0] if self.bare_weights else weights
+
+    def _unpack(self, model: M, saved: Any) -> None:
+        for module, weights in zip(
+            self._trained(model), [saved] if self.bare_weights else saved, strict=True
+        ):
+            module.load_state_dict(weights)
 
     def _load(self) -> None:
         payload = torch.load(self.run_dir / CHECKPOINT, weights_only=False)
-        for pipe, key in ((self.pipe, self.weights_key), (self.ema, "ema")):
-            saved = [payload[key]] if self.bare_weights else payload[key]
-            for module, weights in zip(self._trained(pipe), saved, strict=True):
-                module.load_state_dict(weights)
+        self._restore(payload)
         self.optimizer.load_state_dict(payload["optimizer"])
         saved_state = payload["state"]
         values = {f.name: saved_state[f.name] for f in fields(self.state)}
@@ -174,13 +217,18 @@ class TrainingRun(ABC, Generic[C, S]):
         self.state = type(self.state)(**values)
 
     def export(self, directory: Path) -> Path:
-        """Save the EMA weights as a ``from_pretrained`` directory, with the run's summary
-        and loss curve."""
-        self.ema.save_pretrained(directory, safe_serialization=True)
+        """Write the exported weights (:meth:`_write_weights`), the run's summary and its loss
+        curve into ``directory``."""
+        directory.mkdir(parents=True, exist_ok=True)
+        self._write_weights(directory)
         self._describe(directory)
         if (self.run_dir / "loss.png").exists():
             shutil.copyfile(self.run_dir / "loss.png", directory / "loss.png")
         return directory
+
+    def _write_weights(self, directory: Path) -> None:
+        """The exported weights as a ``from_pretrained`` directory."""
+        self.exported.save_pretrained(directory, safe_serialization=True)
 
 
 def write_checkpoint(run_dir: Path, payload: dict[str, Any]) -> None:

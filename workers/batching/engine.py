@@ -31,11 +31,11 @@ from billiard.exceptions import SoftTimeLimitExceeded
 from animfleet.jobs import JobParams
 from workers.batching.sample import DONE, FAILED, STEP, GroupKey, Sample, batchable, prepare
 from workers.model.animator import Animator, ModelError
-from workers.model.mask import paste
-from workers.model.masked import crop_input
-from workers.model.motion_unet import MotionUNet
-from workers.model.pipeline import StepCallback
-from workers.model.render import final_flow, render, split_clip, upscale
+from workers.model.imaging.mask import paste
+from workers.model.networks.motion_unet import MotionUNet
+from workers.model.pipelines.animation import StepCallback
+from workers.model.pipelines.masked import crop_input
+from workers.model.pipelines.render import final_flow, render, split_clip, upscale
 
 log = structlog.stdlib.get_logger("animfleet.worker.batching")
 
@@ -82,7 +82,8 @@ class BatchEngine:
         raises (a cancel, a deadline) drops the job from the batch and propagates. Past
         ``time_limit_s`` the job leaves the batch with ``SoftTimeLimitExceeded``, as a
         prefork worker's soft time limit would end it. With ``mask`` the job's sample is the
-        mask's box (its own group), pasted back into the input (:mod:`workers.model.masked`).
+        mask's box (its own group), pasted back into the input
+        (:mod:`workers.model.pipelines.masked`).
         """
         extra: dict[str, Any] = {"mask": mask} if mask is not None else {}
         if inputs:
@@ -228,8 +229,10 @@ class BatchEngine:
         return list(out.unflatten(0, (passes, size)).unbind(1))
 
     def _render_flow(self, sample: Sample) -> torch.Tensor | None:
-        """A rendered job's flow, from the engine thread (the only one that may switch the
-        U-Net's add-on branches): the pass :func:`~workers.model.render.predict` makes after
+        """A rendered job's flow, from the engine thread (the only one that may switch
+        the
+        U-Net's add-on branches): the pass :func:`~workers.model.pipelines.render.predict` makes
+        after
         its loop, with the job's own scheduler. None when the job is not rendered, or its U-Net
         predicts no flow (its frames are upscaled, as alone)."""
         if sample.full is None or not isinstance(sample.pipeline.unet, MotionUNet):

@@ -21,10 +21,11 @@ import torch
 
 from animfleet.jobs import JobParams
 from workers.model.animator import Animator
-from workers.model.loading import prepare_image
-from workers.model.masked import CropInput
-from workers.model.pipeline import AnimationPipeline, Conditions, check_size
-from workers.model.render import downsample, renders, working_size
+from workers.model.pipelines.animation import AnimationPipeline, Conditions
+from workers.model.pipelines.generation import GenerationParams
+from workers.model.pipelines.masked import CropInput
+from workers.model.pipelines.render import downsample, renders, working_size
+from workers.model.runtime.loading import prepare_image
 
 # Events a sample posts to the thread waiting for it (see BatchEngine.animate).
 STEP, DONE, FAILED = "step", "done", "failed"
@@ -109,29 +110,19 @@ def prepare(
     before its loop. Raises ValueError or RuntimeError as that would. ``box``: a masked job's
     crop (and its cached features), which the model runs on instead of the whole frame."""
     pipe: AnimationPipeline = animator.pipeline
-    variant = animator.variant
     pixels_np = prepare_image(image, params.width, params.height) if box is None else box.crop
     full = None
     if renders(*pixels_np.shape[:2]):  # as Animator.run_frames: the U-Net at the working size
         full, pixels_np = pixels_np, downsample(pixels_np, *working_size(*pixels_np.shape[:2]))
+    generation = GenerationParams.for_job(params, animator.variant)
     with torch.inference_mode():
-        check_size(pixels_np, pipe.size_multiple)
-        device = pipe.unet.device
-        pixels = torch.from_numpy(pixels_np).permute(2, 0, 1)[None].to(device).float()
-        pixels = pixels / 127.5 - 1.0
         # Cached features are the box's at its own size; a rendered job conditions on the
         # working-size image, as it does alone.
         features = box.features if box is not None and full is None else None
-        conditions = pipe.condition(pixels, [params.prompt], params.frames, params.fps, features)
-        generator = torch.Generator().manual_seed(params.seed)
-        shape = (1, params.frames, pipe.unet.config.out_channels, *conditions.latents.shape[-2:])
-        noise = torch.randn(shape, generator=generator).to(device)
-        guidance = torch.tensor(
-            [[variant.image_guidance_scale, variant.text_guidance_scale]], device=device
-        )
+        noise, conditions, guidance = pipe.prepare(pixels_np, generation, features)
         # A fresh instance on the pipeline's own config: the same schedule, its own history.
         scheduler = type(pipe.scheduler).from_config(pipe.scheduler.config)
-        scheduler.set_timesteps(params.steps or variant.steps, device=device)
+        scheduler.set_timesteps(generation.num_inference_steps, device=noise.device)
         latents = noise.float() * scheduler.init_noise_sigma
     return Sample(
         animator, params, conditions, guidance, scheduler, latents, image=pixels_np, full=full

@@ -20,14 +20,20 @@ from animfleet.errors import PermanentError
 from animfleet.jobs import JobParams
 from animfleet.models import resolve_model
 from workers.errors import WorkerError
-from workers.model.addons import AddonError, AddonStore, job_addons, open_addons
-from workers.model.aot import AOTDenoiser, load_packages
-from workers.model.block_cache import BlockCache, install_block_cache
-from workers.model.boot_tune import SharedProfiles, measure
-from workers.model.brush import BrushPlan
-from workers.model.brushed import job_motion
-from workers.model.compiled import CompiledModules, compile_modules
-from workers.model.loading import (
+from workers.model.addons.store import AddonError, AddonStore, job_addons, open_addons
+from workers.model.imaging.brush import BrushPlan
+from workers.model.imaging.templates import DEFAULT_MAX_BYTES, Features, TemplateCache
+from workers.model.pipelines.animation import StepCallback, describe
+from workers.model.pipelines.brushed import job_motion
+from workers.model.pipelines.generation import GenerationParams
+from workers.model.pipelines.masked import animate_masked, encoder, regionizer, whole_frame
+from workers.model.pipelines.render import render_job, renders
+from workers.model.pipelines.svd import SVD_CLASS, pipeline_class_name
+from workers.model.runtime.aot import AOTDenoiser, load_packages
+from workers.model.runtime.block_cache import BlockCache, install_block_cache
+from workers.model.runtime.boot_tune import SharedProfiles, measure
+from workers.model.runtime.compiled import CompiledModules, compile_modules
+from workers.model.runtime.loading import (
     ShapeBucket,
     Variant,
     load_pipeline,
@@ -35,19 +41,14 @@ from workers.model.loading import (
     serving_choice,
     with_overrides,
 )
-from workers.model.masked import animate_masked, encoder, regionizer, whole_frame
-from workers.model.pipeline import StepCallback, describe
-from workers.model.profile import (
+from workers.model.runtime.profile import (
     PSNR_FLOOR_DB,
     SAFE,
     Choice,
     device_key,
     psnr,
 )
-from workers.model.render import render_job, renders
-from workers.model.serving import load_serving
-from workers.model.svd import SVD_CLASS, pipeline_class_name
-from workers.model.templates import DEFAULT_MAX_BYTES, Features, TemplateCache
+from workers.model.runtime.serving import load_serving
 from workers.settings import WorkerSettings
 
 log = logging.getLogger("animfleet.worker.model")
@@ -151,7 +152,8 @@ class Animator:
     ) -> Animator:
         """The worker's model as its settings and serving profile say; compiled, warmed up and
         verified if they ask for it. A device kind the profile lacks is measured at boot
-        (:mod:`workers.model.boot_tune`), or read from ``shared`` where a peer measured it."""
+        (:mod:`workers.model.runtime.boot_tune`), or read from ``shared`` where a peer measured
+        it."""
         buckets = [ShapeBucket.parse(b) for b in settings.shape_buckets.split(",") if b.strip()]
         model_dir = resolve_model(settings.model_dir)
         kind = settings.device_kind or device_key(settings.device)
@@ -273,8 +275,7 @@ class Animator:
         y, x = np.mgrid[0 : bucket.height, 0 : bucket.width]
         card = np.stack([x * 255 // bucket.width, y * 255 // bucket.height, (x ^ y) & 255], -1)
         with self._kernels():
-            frames: npt.NDArray[np.uint8] = self.pipeline(
-                card.astype(np.uint8),
+            params = GenerationParams(
                 "pan left slowly",
                 num_frames=bucket.frames,
                 fps=8,
@@ -282,6 +283,7 @@ class Animator:
                 image_guidance_scale=self.variant.image_guidance_scale,
                 text_guidance_scale=self.variant.text_guidance_scale,
             )
+            frames: npt.NDArray[np.uint8] = self.pipeline(card.astype(np.uint8), params)
         return frames
 
     def _kernels(self) -> contextlib.AbstractContextManager[Any]:
@@ -312,9 +314,9 @@ class Animator:
         inputs: Mapping[str, bytes] | None = None,
     ) -> npt.NDArray[np.uint8]:
         """Frames (T, H, W, 3 uint8) for one job; raises :class:`ModelError` on failure.
-        With ``mask`` (a PNG) only its white part moves (:mod:`workers.model.masked`).
+        With ``mask`` (a PNG) only its white part moves (:mod:`workers.model.pipelines.masked`).
         ``inputs``: the job's extra images by input name (add-ons' control images, brushed
-        regions' masks: :mod:`workers.model.brushed`)."""
+        regions' masks: :mod:`workers.model.pipelines.brushed`)."""
         if mask is not None:
             if inputs:
                 raise ModelError("a masked job cannot take an image-conditioned add-on yet")
@@ -348,21 +350,10 @@ class Animator:
         try:
             with self._kernels(), self._addons_active(params, inputs):
                 # The U-Net at its working size, then rendered (with the brush's motion).
+                generation = GenerationParams.for_job(params, self.variant)
                 if renders(*pixels.shape[:2]) or brush is not None:
-                    pipe, variant = self.pipeline, self.variant
-                    return render_job(pipe, pixels, params, variant, on_step, brush)
-                frames: npt.NDArray[np.uint8] = self.pipeline(
-                    pixels,
-                    params.prompt,
-                    num_frames=params.frames,
-                    fps=params.fps,
-                    num_inference_steps=params.steps or self.variant.steps,
-                    image_guidance_scale=self.variant.image_guidance_scale,
-                    text_guidance_scale=self.variant.text_guidance_scale,
-                    seed=params.seed,
-                    on_step=on_step,
-                    **extra,
-                )
+                    return render_job(self.pipeline, pixels, generation, on_step, brush)
+                frames: npt.NDArray[np.uint8] = self.pipeline(pixels, generation, on_step, **extra)
         except (RuntimeError, ValueError) as error:
             raise ModelError(f"{type(error).__name__}: {error}") from error
         return frames

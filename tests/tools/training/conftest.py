@@ -7,8 +7,8 @@ from typing import TypeVar
 
 import pytest
 
-from tools.training.distill import DistillConfig
-from tools.training.train import TrainConfig, Trainer
+from tools.training.base.train import TrainConfig, Trainer
+from tools.training.student.distill import DistillConfig
 
 
 @pytest.fixture(scope="session")

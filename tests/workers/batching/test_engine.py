@@ -27,8 +27,9 @@ from workers.batching import engine as engine_module
 from workers.batching.sample import Sample, prepare
 from workers.model import Animator, ModelError
 from workers.model.animator import load_animator
-from workers.model.loading import prepare_image
-from workers.model.profile import psnr
+from workers.model.pipelines.generation import GenerationParams
+from workers.model.runtime.loading import prepare_image
+from workers.model.runtime.profile import psnr
 from workers.settings import WorkerSettings
 
 MIN_PSNR_DB = 50.0
@@ -342,13 +343,15 @@ def test_each_sample_keeps_its_own_guidance_scales(
         alone.append(
             student.pipeline(
                 pixels,
-                params.prompt,
-                num_frames=params.frames,
-                fps=params.fps,
-                num_inference_steps=params.steps,
-                image_guidance_scale=image_scale,
-                text_guidance_scale=text_scale,
-                seed=params.seed,
+                GenerationParams(
+                    params.prompt,
+                    num_frames=params.frames,
+                    fps=params.fps,
+                    num_inference_steps=params.steps,
+                    image_guidance_scale=image_scale,
+                    text_guidance_scale=text_scale,
+                    seed=params.seed,
+                ),
             )
         )
     assert not np.array_equal(*alone)

@@ -17,9 +17,9 @@ from animfleet.models import SHIPPED_STUDENT_DIR
 from workers.batching import BatchEngine
 from workers.model import Animator
 from workers.model.animator import load_animator
-from workers.model.loading import prepare_image
-from workers.model.mask import mask_region
-from workers.model.profile import psnr
+from workers.model.imaging.mask import mask_region
+from workers.model.runtime.loading import prepare_image
+from workers.model.runtime.profile import psnr
 from workers.settings import WorkerSettings
 
 

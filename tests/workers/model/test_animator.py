@@ -7,9 +7,9 @@ import torch
 from animfleet.jobs import JobParams
 from animfleet.settings import SettingsError
 from workers.model import Animator, ModelError
-from workers.model.attention import ContextDedupProcessor
-from workers.model.loading import ShapeBucket, Variant
-from workers.model.pipeline import AnimationPipeline
+from workers.model.networks.attention import ContextDedupProcessor
+from workers.model.pipelines.animation import AnimationPipeline
+from workers.model.runtime.loading import ShapeBucket, Variant
 from workers.settings import WorkerSettings
 
 PARAMS = JobParams(prompt="pan left slowly", frames=6, fps=8, width=48, height=32, seed=7, steps=3)

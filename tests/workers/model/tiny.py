@@ -46,10 +46,10 @@ def tiny_student(directory: Path, seed: int = 0) -> Path:
     included, so its frames move), saved for ``from_pretrained``."""
     from diffusers import DPMSolverMultistepScheduler
 
-    from workers.model.build import CONTEXT_DIM as PIPE_CONTEXT
-    from workers.model.build import build_pipeline
-    from workers.model.motion_unet import MotionUNet
-    from workers.model.pixel_codec import PixelCodec
+    from workers.model.networks.motion_unet import MotionUNet
+    from workers.model.networks.pixel_codec import PixelCodec
+    from workers.model.pipelines.build import CONTEXT_DIM as PIPE_CONTEXT
+    from workers.model.pipelines.build import build_pipeline
 
     def unet() -> MotionUNet:
         return MotionUNet(
