@@ -11,7 +11,18 @@ from typing import TYPE_CHECKING, Any
 from animfleet_sdk._async_client import AsyncAnimfleet
 from animfleet_sdk._sync_client import Animfleet
 from animfleet_sdk.errors import ApiError, RequestRefused, TryLater, WaitTimeout
-from animfleet_sdk.models import BatchResult, Event, Job, JobPage
+from animfleet_sdk.models import (
+    BatchResult,
+    DayUsage,
+    DeletedJob,
+    Event,
+    Job,
+    JobLog,
+    JobPage,
+    LogEntry,
+    StoredUpload,
+    Usage,
+)
 
 if TYPE_CHECKING:
     from animfleet_api.request import AddonRequest, BatchItem, JobRequest, RegionRequest
@@ -36,12 +47,18 @@ __all__ = [
     "AsyncAnimfleet",
     "BatchItem",
     "BatchResult",
+    "DayUsage",
+    "DeletedJob",
     "Event",
     "Job",
+    "JobLog",
     "JobPage",
     "JobRequest",
+    "LogEntry",
     "RegionRequest",
     "RequestRefused",
+    "StoredUpload",
     "TryLater",
+    "Usage",
     "WaitTimeout",
 ]

@@ -12,8 +12,18 @@ from typing import Any
 import httpx
 
 from animfleet_sdk import _core
-from animfleet_sdk.errors import WaitTimeout
-from animfleet_sdk.models import BatchResult, Event, Job, JobPage
+from animfleet_sdk.errors import RequestRefused, WaitTimeout
+from animfleet_sdk.models import (
+    BatchResult,
+    DeletedJob,
+    Event,
+    Job,
+    JobLog,
+    JobPage,
+    PresignedUpload,
+    StoredUpload,
+    Usage,
+)
 
 
 class AsyncAnimfleet:
@@ -21,7 +31,9 @@ class AsyncAnimfleet:
     await api.submit(...)``: submit, follow, fetch.
 
     429 and 503 answers are retried after their ``Retry-After``, up to ``max_retries`` times;
-    every submit carries an idempotency key, so a retry never makes a second job.
+    every submit carries an idempotency key, so a retry never makes a second job. An image
+    given as bytes or a file larger than ``upload_over_bytes`` is uploaded first
+    (:meth:`upload`) and sent as its key instead of inline.
     """
 
     def __init__(
@@ -31,9 +43,11 @@ class AsyncAnimfleet:
         *,
         timeout: float = 90.0,
         max_retries: int = 5,
+        upload_over_bytes: int = _core.UPLOAD_OVER_BYTES,
         http: httpx.AsyncClient | None = None,
     ) -> None:
         self.max_retries = max_retries
+        self.upload_over_bytes = upload_over_bytes
         self.http = http or httpx.AsyncClient(base_url=base_url, timeout=timeout)
         self.http.headers.update(_core.headers(api_key))
 
@@ -77,6 +91,9 @@ class AsyncAnimfleet:
         headers = {"Idempotency-Key": idempotency_key or _core.new_idempotency_key()}
         if wait:
             headers["Prefer"] = f"wait={min(int(wait), _core.MAX_PREFER_WAIT_S)}"
+        data = _core.image_bytes(image)
+        if data is not None and len(data) > self.upload_over_bytes:
+            image = (await self.upload(data)).key
         body = _core.job_body(image, prompt, options)
         return Job.model_validate(await self._call("POST", "/v1/jobs", json=body, headers=headers))
 
@@ -107,14 +124,18 @@ class AsyncAnimfleet:
             if time.monotonic() >= deadline:
                 raise WaitTimeout(f"job {job_id} still {job.status} after {timeout} s")
 
-    async def stream(self, job_id: str, last_event_id: str | None = None) -> AsyncIterator[Event]:
-        """The job's live events up to its terminal one; a dropped connection is resumed."""
+    async def stream(
+        self, job_id: str, last_event_id: str | None = None, *, logs: bool = False
+    ) -> AsyncIterator[Event]:
+        """The job's live events up to its terminal one; a dropped connection is resumed.
+        With ``logs``, also its log lines as ``log`` events."""
         parser = _core.EventParser(last_event_id)
+        params = {"logs": "true"} if logs else {}
         for _ in range(self.max_retries + 1):
             headers = {"Last-Event-ID": parser.last_id} if parser.last_id else {}
             try:
                 async with self.http.stream(
-                    "GET", f"/v1/jobs/{job_id}/events", headers=headers
+                    "GET", f"/v1/jobs/{job_id}/events", headers=headers, params=params
                 ) as response:
                     if not response.is_success:
                         await response.aread()
@@ -164,3 +185,48 @@ class AsyncAnimfleet:
         if path is not None:
             Path(path).write_bytes(response.content)
         return response.content
+
+    async def upload(self, image: bytes | str | Path) -> StoredUpload:
+        """Put an image (bytes or a file) in the region's storage once; the answer's ``key`` is
+        usable as a job's ``image``, ``mask`` or an add-on's ``image``, by this tenant only.
+        The bytes go straight to storage through a presigned upload; a region whose storage
+        cannot sign one takes them itself (``POST /v1/uploads/direct``)."""
+        data = _core.image_bytes(image)
+        if data is None:
+            raise ValueError(f"image: an upload needs bytes or a file (got {str(image)[:80]!r})")
+        kind = _core.image_type(data)
+        try:
+            answer = await self._call("POST", "/v1/uploads", json={"content_type": kind})
+        except RequestRefused as refused:
+            if refused.code != "presign_unsupported":
+                raise
+            stored = await self._call(
+                "POST", "/v1/uploads/direct", content=data, headers={"Content-Type": kind}
+            )
+            return StoredUpload.model_validate(stored)
+        ticket = PresignedUpload.model_validate(answer)
+        async with httpx.AsyncClient(timeout=self.http.timeout) as plain:  # key stays with API
+            response = await plain.post(
+                ticket.url, data=ticket.fields, files={"file": ("upload", data, kind)}
+            )
+            response.raise_for_status()
+        return StoredUpload(key=ticket.key, content_type=kind, bytes=len(data))
+
+    async def logs(self, job_id: str, *, level: str | None = None) -> JobLog:
+        """What the fleet's processes logged about the job, oldest first (at ``level`` or
+        above: debug, info, warning, error)."""
+        params = {"level": level} if level else {}
+        answer = await self._call("GET", f"/v1/jobs/{job_id}/logs", params=params)
+        return JobLog.model_validate(answer)
+
+    async def delete(self, job_id: str) -> DeletedJob:
+        """Erase the job (canceled first if not ended): outputs, its uploads, record and log.
+        It then answers 410 ``deleted``, and so does a retried submit with its idempotency
+        key."""
+        return DeletedJob.model_validate(await self._call("DELETE", f"/v1/jobs/{job_id}"))
+
+    async def usage(self, from_day: str | None = None, to_day: str | None = None) -> Usage:
+        """This tenant's use by day (UTC): jobs by outcome, GPU-seconds, frames x pixels,
+        output bytes, deletions; days as YYYY-MM-DD (default: the last 30 days)."""
+        params = {name: day for name, day in (("from", from_day), ("to", to_day)) if day}
+        return Usage.model_validate(await self._call("GET", "/v1/usage", params=params))

@@ -24,6 +24,27 @@ USER_AGENT = "animfleet-sdk/1"
 Image = bytes | str | Path
 
 
+UPLOAD_OVER_BYTES = 2**20  # a submitted image larger than this is uploaded first, sent as its key
+
+
+def image_type(data: bytes) -> str:
+    """The content type of PNG, JPEG or WebP bytes (PNG when unsure: the gateway decides)."""
+    if data[:3] == b"\xff\xd8\xff":
+        return "image/jpeg"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return "image/png"
+
+
+def image_bytes(image: Image) -> bytes | None:
+    """The bytes of an image given as bytes or a file; None for a URL or a storage key."""
+    if isinstance(image, bytes):
+        return image
+    if isinstance(image, Path) or Path(image).is_file():
+        return Path(image).read_bytes()
+    return None
+
+
 def image_field(image: Image) -> str:
     """A URL or ``inputs/`` key as given; bytes or a file as a base64 data URI."""
     if isinstance(image, str) and not Path(image).is_file():
@@ -32,10 +53,7 @@ def image_field(image: Image) -> str:
         path = Path(image)
         kind = mimetypes.guess_type(path.name)[0] or "image/png"
         return f"data:{kind};base64,{base64.b64encode(path.read_bytes()).decode()}"
-    kind = "image/jpeg" if image[:3] == b"\xff\xd8\xff" else "image/png"
-    if image[:4] == b"RIFF":
-        kind = "image/webp"
-    return f"data:{kind};base64,{base64.b64encode(image).decode()}"
+    return f"data:{image_type(image)};base64,{base64.b64encode(image).decode()}"
 
 
 def job_body(image: Image, prompt: str, options: Mapping[str, Any]) -> dict[str, Any]:

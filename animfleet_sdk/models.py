@@ -88,6 +88,64 @@ class JobPage(_Body):
     next_cursor: str | None = None
 
 
+class StoredUpload(_Body):
+    """An uploaded image: ``key`` is usable as a job's ``image``, ``mask`` or an add-on's
+    ``image``, by the tenant that uploaded it only."""
+
+    key: str
+    content_type: str
+    bytes: int
+
+
+class PresignedUpload(_Body):
+    key: str
+    url: str
+    fields: dict[str, str]
+    max_bytes: int
+    expires_at: float
+
+
+class LogEntry(_Body):
+    region: str
+    seq: int
+    timestamp: str | None = None
+    level: str | None = None
+    event: str
+    fields: dict[str, Any] = Field(default_factory=dict)
+
+
+class JobLog(_Body):
+    job_id: str
+    lines: list[LogEntry]
+
+
+class DeletedJob(_Body):
+    id: str
+    status: str
+    deleted_at: float
+    objects_deleted: int
+
+
+class DayUsage(_Body):
+    day: str
+    jobs: dict[str, int] = Field(default_factory=dict)
+    gpu_seconds: float = 0.0
+    frame_pixels: int = 0
+    output_bytes: int = 0
+    deleted: int = 0
+    retention_deleted: int = 0
+
+
+class Usage(_Body):
+    model_config = ConfigDict(extra="allow", defer_build=True, populate_by_name=True)
+
+    tenant: str
+    from_day: str = Field(alias="from")
+    to_day: str = Field(alias="to")
+    days: list[DayUsage]
+    total: DayUsage
+
+
 class Event(BaseModel):
     """One Server-Sent Event of ``GET /v1/jobs/{id}/events``."""
 
