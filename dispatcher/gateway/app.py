@@ -16,7 +16,7 @@ from animfleet import logs
 from animfleet.topology import Topology
 from dispatcher import metrics
 from dispatcher.client import Client
-from dispatcher.gateway import errors, events, listing, models, options, playground
+from dispatcher.gateway import errors, events, listing, models, options, playground, uploads
 from dispatcher.gateway.bodylimit import BodyLimit
 from dispatcher.gateway.routes import router
 from dispatcher.gateway.runtime import Runtime
@@ -50,6 +50,7 @@ def create_app(client: Client, settings: GatewaySettings) -> FastAPI:
     app.include_router(models.router)
     app.include_router(playground.router)
     app.include_router(options.router)
+    app.include_router(uploads.router)
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, str]:
@@ -73,7 +74,7 @@ def create_app(client: Client, settings: GatewaySettings) -> FastAPI:
         app.add_middleware(
             CORSMiddleware,
             allow_origins=list(settings.cors_origins),
-            allow_methods=["GET", "POST", "PUT", "OPTIONS"],
+            allow_methods=["GET", "POST", "PUT", "DELETE", "OPTIONS"],
             allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "Prefer"],
             expose_headers=["Location", "Retry-After", "Idempotent-Replayed"],
             max_age=600,

@@ -1,0 +1,165 @@
+"""Uploads against real SeaweedFS: a presigned POST whose limits storage enforces, the bytes
+sent to the gateway, and a key only its own tenant may name in a job."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from typing import Any
+
+import httpx
+import pytest
+import redis
+from PIL import Image
+
+from animfleet.region.tenants import Tenants
+from animfleet.topology import Topology
+from dispatcher import Client
+from dispatcher.admission import AdmissionSettings
+from dispatcher.gateway import GatewaySettings
+from dispatcher.inputs import MAX_IMAGE_BYTES
+from storage.s3 import S3Store
+from tools.local_servers import S3_ACCESS_KEY, S3_SECRET_KEY
+from tools.localfleet import LocalFleet
+
+DB = 10
+REGION = "up"
+BUCKET = "animfleet-uploads"
+
+
+@pytest.fixture(scope="module")
+def store(servers: LocalFleet) -> S3Store:
+    s3 = S3Store(
+        bucket=BUCKET,
+        endpoint_url=servers.s3_endpoint,
+        access_key_id=S3_ACCESS_KEY,
+        secret_access_key=S3_SECRET_KEY,
+    )
+    s3.ensure_bucket()
+    return s3
+
+
+@pytest.fixture(scope="module")
+def gateway(
+    servers: LocalFleet,
+    store: S3Store,
+    serve: Callable[[Client, GatewaySettings], AbstractContextManager[str]],
+) -> Iterator[str]:
+    storage = {
+        "backend": "s3",
+        "bucket": BUCKET,
+        "endpoint_url": servers.s3_endpoint,
+        "access_key_id": S3_ACCESS_KEY,
+        "secret_access_key": S3_SECRET_KEY,
+    }
+    redis.Redis(port=servers.redis_port, db=DB).flushdb()
+    broker = f"redis://127.0.0.1:{servers.redis_port}/{DB}"
+    topology = Topology.from_mapping(
+        {"regions": {REGION: {"broker_url": broker, "storage": storage}}}, env={}
+    )
+    client = Client(topology, admission=AdmissionSettings(retry_budget_s=0.0, max_attempts=1))
+    with serve(client, GatewaySettings(region=REGION)) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def keys(servers: LocalFleet, gateway: str) -> dict[str, str]:
+    tenants = Tenants(redis.Redis(port=servers.redis_port, db=DB))
+    return {t: tenants.create_key(t).key for t in ("acme", "globex")}
+
+
+def _auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def _png(side: int = 64) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (side, side), (40, 90, 160)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _presign(gateway: str, key: str, content_type: str = "image/png") -> dict[str, Any]:
+    answer = httpx.post(
+        f"{gateway}/v1/uploads", json={"content_type": content_type}, headers=_auth(key)
+    )
+    assert answer.status_code == 201, answer.text
+    body: dict[str, Any] = answer.json()
+    return body
+
+
+def _post_file(
+    ticket: dict[str, Any], data: bytes, content_type: str = "image/png"
+) -> httpx.Response:
+    fields = dict(ticket["fields"])
+    fields["Content-Type"] = content_type
+    return httpx.post(ticket["url"], data=fields, files={"file": ("f", data, content_type)})
+
+
+def test_a_presigned_upload_lands_under_the_tenants_own_key(
+    gateway: str, keys: dict[str, str], store: S3Store
+) -> None:
+    ticket = _presign(gateway, keys["acme"])
+    assert ticket["key"].startswith("inputs/uploads/acme/") and ticket["key"].endswith(".png")
+    assert ticket["max_bytes"] == MAX_IMAGE_BYTES
+    assert _post_file(ticket, _png()).status_code == 204
+    assert store.get(ticket["key"]) == _png()
+
+
+def test_storage_enforces_the_signed_size_type_and_key(
+    gateway: str, keys: dict[str, str], store: S3Store
+) -> None:
+    too_big = _post_file(_presign(gateway, keys["acme"]), b"\0" * (MAX_IMAGE_BYTES + 1))
+    assert too_big.status_code == 400 and "EntityTooLarge" in too_big.text
+    wrong_type = _post_file(_presign(gateway, keys["acme"]), _png(), "text/html")
+    assert wrong_type.status_code == 403
+    ticket = _presign(gateway, keys["acme"])
+    ticket["fields"]["key"] = "inputs/uploads/globex/planted.png"
+    assert _post_file(ticket, _png()).status_code == 403
+    assert store.head("inputs/uploads/globex/planted.png") is None
+
+
+def test_presigned_upload_needs_a_key_and_a_known_type(gateway: str, keys: dict[str, str]) -> None:
+    assert (
+        httpx.post(f"{gateway}/v1/uploads", json={"content_type": "image/png"}).status_code == 401
+    )
+    answer = httpx.post(
+        f"{gateway}/v1/uploads", json={"content_type": "text/html"}, headers=_auth(keys["acme"])
+    )
+    assert answer.status_code == 422 and answer.json()["error"]["field"] == "content_type"
+
+
+def test_direct_upload_checks_the_bytes(gateway: str, keys: dict[str, str], store: S3Store) -> None:
+    headers = {**_auth(keys["acme"]), "Content-Type": "image/png"}
+    stored = httpx.post(f"{gateway}/v1/uploads/direct", content=_png(), headers=headers)
+    assert stored.status_code == 201, stored.text
+    assert stored.json()["bytes"] == len(_png()) and store.get(stored.json()["key"]) == _png()
+    not_image = httpx.post(f"{gateway}/v1/uploads/direct", content=b"<html>", headers=headers)
+    assert not_image.status_code == 422 and not_image.json()["error"]["field"] == "body"
+    too_big = httpx.post(
+        f"{gateway}/v1/uploads/direct", content=b"\0" * (MAX_IMAGE_BYTES + 1), headers=headers
+    )
+    assert too_big.status_code == 413
+    jpeg = httpx.post(
+        f"{gateway}/v1/uploads/direct",
+        content=_png(),
+        headers={**_auth(keys["acme"]), "Content-Type": "image/jpeg"},
+    )
+    assert jpeg.status_code == 422 and "PNG" in jpeg.json()["error"]["message"]
+
+
+def test_another_tenants_upload_reads_as_missing(gateway: str, keys: dict[str, str]) -> None:
+    headers = {**_auth(keys["acme"]), "Content-Type": "image/png"}
+    key = httpx.post(f"{gateway}/v1/uploads/direct", content=_png(), headers=headers).json()["key"]
+    request = {"image": key, "prompt": "pan", "width": 64, "height": 64}
+    stolen = httpx.post(f"{gateway}/v1/jobs", json=request, headers=_auth(keys["globex"]))
+    assert stolen.status_code == 422, stolen.text
+    assert stolen.json()["error"]["field"] == "image" and "no such object" in stolen.text
+    own = {**_auth(keys["globex"]), "Content-Type": "image/png"}
+    theirs = httpx.post(f"{gateway}/v1/uploads/direct", content=_png(), headers=own).json()["key"]
+    mask = httpx.post(
+        f"{gateway}/v1/jobs",
+        json={**request, "image": theirs, "mask": key},
+        headers=_auth(keys["globex"]),
+    )
+    assert mask.status_code == 422 and mask.json()["error"]["field"] == "mask", mask.text
