@@ -9,12 +9,16 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 
 import pytest
+import redis
 import uvicorn
 
+from animfleet.topology import Topology
 from dispatcher import Client
 from dispatcher.gateway import GatewaySettings, create_app
 from dispatcher.gateway.server import server_config
-from tools.local_servers import free_port
+from storage.s3 import S3Store
+from tools.local_servers import S3_ACCESS_KEY, S3_SECRET_KEY, free_port
+from tools.localfleet import LocalFleet
 
 
 @contextmanager
@@ -40,3 +44,25 @@ def _serve(client: Client, settings: GatewaySettings) -> Iterator[str]:
 def serve() -> Callable[[Client, GatewaySettings], AbstractContextManager[str]]:
     """``with serve(client, settings) as url:`` runs a gateway for ``client``."""
     return _serve
+
+
+def s3_region(servers: LocalFleet, region: str, bucket: str, db: int) -> Topology:
+    """One region on the test SeaweedFS (``bucket``, created) and Redis database ``db``
+    (emptied)."""
+    storage = {
+        "backend": "s3",
+        "bucket": bucket,
+        "endpoint_url": servers.s3_endpoint,
+        "access_key_id": S3_ACCESS_KEY,
+        "secret_access_key": S3_SECRET_KEY,
+    }
+    S3Store(
+        bucket=bucket,
+        endpoint_url=servers.s3_endpoint,
+        access_key_id=S3_ACCESS_KEY,
+        secret_access_key=S3_SECRET_KEY,
+    ).ensure_bucket()
+    redis.Redis(port=servers.redis_port, db=db).flushdb()
+    broker = f"redis://127.0.0.1:{servers.redis_port}/{db}"
+    regions = {region: {"broker_url": broker, "storage": storage}}
+    return Topology.from_mapping({"regions": regions}, env={})

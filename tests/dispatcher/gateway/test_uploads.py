@@ -19,8 +19,8 @@ from dispatcher import Client
 from dispatcher.admission import AdmissionSettings
 from dispatcher.gateway import GatewaySettings
 from dispatcher.inputs import MAX_IMAGE_BYTES
-from storage.s3 import S3Store
-from tools.local_servers import S3_ACCESS_KEY, S3_SECRET_KEY
+from storage import ObjectStore, open_store
+from tests.dispatcher.gateway.conftest import s3_region
 from tools.localfleet import LocalFleet
 
 DB = 10
@@ -29,35 +29,20 @@ BUCKET = "animfleet-uploads"
 
 
 @pytest.fixture(scope="module")
-def store(servers: LocalFleet) -> S3Store:
-    s3 = S3Store(
-        bucket=BUCKET,
-        endpoint_url=servers.s3_endpoint,
-        access_key_id=S3_ACCESS_KEY,
-        secret_access_key=S3_SECRET_KEY,
-    )
-    s3.ensure_bucket()
-    return s3
+def topology(servers: LocalFleet) -> Topology:
+    return s3_region(servers, REGION, BUCKET, DB)
+
+
+@pytest.fixture(scope="module")
+def store(topology: Topology) -> ObjectStore:
+    return open_store(topology.region(REGION).storage)
 
 
 @pytest.fixture(scope="module")
 def gateway(
-    servers: LocalFleet,
-    store: S3Store,
+    topology: Topology,
     serve: Callable[[Client, GatewaySettings], AbstractContextManager[str]],
 ) -> Iterator[str]:
-    storage = {
-        "backend": "s3",
-        "bucket": BUCKET,
-        "endpoint_url": servers.s3_endpoint,
-        "access_key_id": S3_ACCESS_KEY,
-        "secret_access_key": S3_SECRET_KEY,
-    }
-    redis.Redis(port=servers.redis_port, db=DB).flushdb()
-    broker = f"redis://127.0.0.1:{servers.redis_port}/{DB}"
-    topology = Topology.from_mapping(
-        {"regions": {REGION: {"broker_url": broker, "storage": storage}}}, env={}
-    )
     client = Client(topology, admission=AdmissionSettings(retry_budget_s=0.0, max_attempts=1))
     with serve(client, GatewaySettings(region=REGION)) as url:
         yield url
@@ -97,7 +82,7 @@ def _post_file(
 
 
 def test_a_presigned_upload_lands_under_the_tenants_own_key(
-    gateway: str, keys: dict[str, str], store: S3Store
+    gateway: str, keys: dict[str, str], store: ObjectStore
 ) -> None:
     ticket = _presign(gateway, keys["acme"])
     assert ticket["key"].startswith("inputs/uploads/acme/") and ticket["key"].endswith(".png")
@@ -107,7 +92,7 @@ def test_a_presigned_upload_lands_under_the_tenants_own_key(
 
 
 def test_storage_enforces_the_signed_size_type_and_key(
-    gateway: str, keys: dict[str, str], store: S3Store
+    gateway: str, keys: dict[str, str], store: ObjectStore
 ) -> None:
     too_big = _post_file(_presign(gateway, keys["acme"]), b"\0" * (MAX_IMAGE_BYTES + 1))
     assert too_big.status_code == 400 and "EntityTooLarge" in too_big.text
@@ -129,7 +114,9 @@ def test_presigned_upload_needs_a_key_and_a_known_type(gateway: str, keys: dict[
     assert answer.status_code == 422 and answer.json()["error"]["field"] == "content_type"
 
 
-def test_direct_upload_checks_the_bytes(gateway: str, keys: dict[str, str], store: S3Store) -> None:
+def test_direct_upload_checks_the_bytes(
+    gateway: str, keys: dict[str, str], store: ObjectStore
+) -> None:
     headers = {**_auth(keys["acme"]), "Content-Type": "image/png"}
     stored = httpx.post(f"{gateway}/v1/uploads/direct", content=_png(), headers=headers)
     assert stored.status_code == 201, stored.text
