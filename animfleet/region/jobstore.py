@@ -242,6 +242,23 @@ class JobStore:
         self.redis.transaction(move, key)
         return bool(moved and moved[0])
 
+    def erase(self, job_id: str, region: str) -> None:
+        """Remove a terminal job's record, input and kept webhook events from Redis at once
+        (the job was deleted: nothing is archived). The idempotency entry naming it stays."""
+        key = JOB_KEY + job_id
+
+        def drop(pipe: redis.client.Pipeline) -> None:
+            raw = pipe.get(key)
+            if raw is not None and not JobRecord.model_validate_json(raw).status.terminal:
+                raise IllegalTransition(f"job {job_id} is not terminal; cancel it first")
+            deliveries = outbox.deliveries_of(pipe, job_id)
+            pipe.multi()
+            pipe.delete(key, INPUT_KEY + job_id)
+            outbox.forget(pipe, job_id, deliveries)
+            pipe.zrem(FINISHED_SET + region, job_id)
+
+        self.redis.transaction(drop, key)
+
     # -- the queue as users see it ---------------------------------------------------------
     def queue_position(self, record: JobRecord) -> int | None:
         """0 for the next job to start in its region; ``None`` once it is no longer queued."""

@@ -13,10 +13,21 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.middleware.base import RequestResponseEndpoint
 
 from animfleet import logs
+from animfleet.region.joblogs import keep_job_logs
 from animfleet.topology import Topology
 from dispatcher import metrics
 from dispatcher.client import Client
-from dispatcher.gateway import errors, events, listing, models, options, playground, uploads
+from dispatcher.gateway import (
+    deletion,
+    errors,
+    events,
+    joblog,
+    listing,
+    models,
+    options,
+    playground,
+    uploads,
+)
 from dispatcher.gateway.bodylimit import BodyLimit
 from dispatcher.gateway.routes import router
 from dispatcher.gateway.runtime import Runtime
@@ -42,9 +53,12 @@ def create_app(client: Client, settings: GatewaySettings) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.runtime = Runtime(client=client, settings=settings)
+    keep_job_logs({name: client.store(name).redis for name in client.topology.names})
     app.state.tenancy = Tenancy(client, settings.region)
     errors.install(app)
     app.include_router(listing.router)  # GET /v1/jobs before the job routes' templates
+    app.include_router(joblog.router)
+    app.include_router(deletion.router)
     app.include_router(router)
     app.include_router(events.router)
     app.include_router(models.router)

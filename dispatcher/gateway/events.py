@@ -19,6 +19,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from animfleet.jobs import JobRecord
 from dispatcher.gateway import scoping
 from dispatcher.gateway.auth import CallerDep
+from dispatcher.gateway.joblog import read_lines
 from dispatcher.gateway.runtime import Runtime
 from dispatcher.gateway.schemas import ErrorResponse
 from dispatcher.gateway.views import render, runtime_of
@@ -33,8 +34,10 @@ router = APIRouter(prefix="/v1")
 EVENTS_DOC = {
     "description": "`text/event-stream`: events `queued` (queue_position, estimated_start_at),"
     " `started`, `progress` (step, total), then one of `succeeded`, `failed`, `canceled`,"
-    " `expired` carrying the job with its output URL, after which the stream ends. Each event"
-    " has an `id` to send back as `Last-Event-ID` when reconnecting.",
+    " `expired` carrying the job with its output URL, after which the stream ends. Each of"
+    " these has an `id` to send back as `Last-Event-ID` when reconnecting. Between them,"
+    " `log` events (no `id`) carry the job's log lines as `GET /v1/jobs/{id}/logs` lists them;"
+    " a reconnected stream sends the log from its start again.",
     "content": {"text/event-stream": {"schema": {"type": "string"}}},
 }
 
@@ -73,8 +76,13 @@ async def _stream(
 ) -> AsyncIterator[ServerSentEvent]:
     poll_s = runtime.settings.events_poll_s
     first = True
+    logged: dict[str, int] = {}  # region -> the last log line sent
     with anyio.move_on_after(STREAM_MAX_S):
         while True:
+            lines = await anyio.to_thread.run_sync(read_lines, runtime.client, record.id, logged)
+            for line in lines:
+                logged[line.region] = max(logged.get(line.region, 0), line.seq)
+                yield ServerSentEvent(line.model_dump_json(), event="log")
             events = await anyio.to_thread.run_sync(_events, runtime, record, progress)
             for event in events:
                 yield ServerSentEvent(

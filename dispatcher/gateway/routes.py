@@ -11,13 +11,14 @@ from fastapi import APIRouter, Header, Request, Response
 from animfleet.errors import AnimfleetError
 from animfleet.jobs import JobRecord, public_job_id
 from animfleet.jobview import JobView, job_view
-from animfleet.region.jobstore import IdempotencyConflict
+from animfleet.region.erasure import Erasure
+from animfleet.region.jobstore import IdempotencyConflict, JobNotFound
 from animfleet.region.status import RegionStatus
 from dispatcher.client import JobHandle
 from dispatcher.gateway import scoping
 from dispatcher.gateway.auth import Caller, CallerDep
 from dispatcher.gateway.errors import ApiError, as_api_error
-from dispatcher.gateway.images import resolve_addon_images, resolve_image
+from dispatcher.gateway.images import resolve_addon_images, resolve_image, upload_keys_in
 from dispatcher.gateway.runtime import Runtime
 from dispatcher.gateway.schemas import (
     BatchRequest,
@@ -155,7 +156,15 @@ def _submit(
     except IdempotencyConflict as conflict:  # name the earlier job as its tenant knows it
         earlier = public_job_id(conflict.job_id, caller.tenant)
         raise IdempotencyConflict(conflict.key, earlier) from None
-    record = client.get(handle.id)
+    try:
+        record = client.get(handle.id)
+    except JobNotFound:  # an idempotent repeat of a deleted job's submit
+        scoping.if_deleted(request, caller, handle.id, public_job_id(handle.id, caller.tenant))
+        raise
+    if handle.created:
+        Erasure(client.store(runtime.settings.region).redis).note_uploads(
+            record.id, upload_keys_in(body.model_dump())
+        )
     scoping.admitted(request, caller, record, handle.created)
     if not handle.created:
         response.headers["Idempotent-Replayed"] = "true"
@@ -230,6 +239,9 @@ def create_jobs(body: BatchRequest, request: Request, caller: CallerDep) -> Batc
             record = client.get(outcome.id)
             if outcome.created:
                 scoping.tenancy_of(request).index(record)
+                Erasure(client.store(runtime.settings.region).redis).note_uploads(
+                    record.id, upload_keys_in(body.jobs[len(answers)].model_dump())
+                )
             view = _view(runtime, record)
             answers.append(BatchResult(status=202 if outcome.created else 200, job=view))
         else:
