@@ -6,9 +6,6 @@ archived copy, log lines), so each test sees exactly what a deletion must remove
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
-
 import httpx
 import pytest
 import redis
@@ -20,12 +17,7 @@ from animfleet.region.joblogs import JobLogs
 from animfleet.region.jobstore import JobStore
 from animfleet.region.listing import Listing
 from animfleet.region.tenants import Tenants
-from animfleet.topology import Topology
-from dispatcher import Client
-from dispatcher.admission import AdmissionSettings
-from dispatcher.gateway import GatewaySettings
-from storage import ObjectStore, open_store, output_key
-from tests.dispatcher.gateway.conftest import s3_region
+from storage import ObjectStore, output_key
 from tools.localfleet import LocalFleet
 
 DB = 9
@@ -35,33 +27,12 @@ PARAMS = JobParams(prompt="pan", frames=8, fps=8, width=64, height=64, seed=1)
 
 
 @pytest.fixture(scope="module")
-def topology(servers: LocalFleet) -> Topology:
-    return s3_region(servers, REGION, BUCKET, DB)
-
-
-@pytest.fixture(scope="module")
-def store(topology: Topology) -> ObjectStore:
-    return open_store(topology.region(REGION).storage)
-
-
-@pytest.fixture(scope="module")
-def gateway(
-    topology: Topology,
-    serve: Callable[[Client, GatewaySettings], AbstractContextManager[str]],
-) -> Iterator[str]:
-    client = Client(topology, admission=AdmissionSettings(retry_budget_s=0.0, max_attempts=1))
-    settings = GatewaySettings(region=REGION, events_poll_s=0.05, events_heartbeat_s=0.5)
-    with serve(client, settings) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
 def db(servers: LocalFleet) -> redis.Redis:
     return redis.Redis(port=servers.redis_port, db=DB)
 
 
 @pytest.fixture(scope="module")
-def keys(db: redis.Redis, gateway: str) -> dict[str, str]:
+def keys(db: redis.Redis, s3_gateway: str) -> dict[str, str]:
     tenants = Tenants(db)
     return {t: tenants.create_key(t).key for t in ("acme", "globex")}
 
@@ -79,14 +50,14 @@ def _queued(db: redis.Redis, tenant: str = "acme") -> JobRecord:
     return record
 
 
-def _finished(db: redis.Redis, store: ObjectStore) -> tuple[JobRecord, list[str]]:
+def _finished(db: redis.Redis, s3_store: ObjectStore) -> tuple[JobRecord, list[str]]:
     """A job that ran twice (a lost first run left its object) and succeeded, archived too,
     from an upload; with the keys of every object it has."""
     record = _queued(db)
     keys = [output_key("", record.id, "run1"), output_key("", record.id, "run2")]
     upload = "inputs/uploads/acme/photo.png"
     for key in [*keys, upload]:
-        store.put(key, b"bytes", "video/mp4")
+        s3_store.put(key, b"bytes", "video/mp4")
     Erasure(db).note_uploads(record.id, [upload])
     output = JobOutput(key=keys[1], bytes=5, frames=8, fps=8, width=64, height=64)
 
@@ -96,48 +67,48 @@ def _finished(db: redis.Redis, store: ObjectStore) -> tuple[JobRecord, list[str]
         current.transition(JobState.SUCCEEDED)
 
     finished = JobStore(db).update(record.id, succeed)
-    RecordArchive(store).put(finished)
+    RecordArchive(s3_store).put(finished)
     JobLogs(db).append(record.id, {"event": "job.submitted", "level": "info", "region": REGION})
-    return finished, [*keys, upload, RecordArchive(store).key(record.id)]
+    return finished, [*keys, upload, RecordArchive(s3_store).key(record.id)]
 
 
 def test_delete_erases_outputs_uploads_archive_record_and_log(
-    gateway: str, keys: dict[str, str], db: redis.Redis, store: ObjectStore
+    s3_gateway: str, keys: dict[str, str], db: redis.Redis, s3_store: ObjectStore
 ) -> None:
-    record, objects = _finished(db, store)
-    url = f"{gateway}/v1/jobs/{record.id}"
+    record, objects = _finished(db, s3_store)
+    url = f"{s3_gateway}/v1/jobs/{record.id}"
     assert httpx.delete(url, headers=_auth(keys["globex"])).status_code == 404
     answer = httpx.delete(url, headers=_auth(keys["acme"]))
     assert answer.status_code == 200, answer.text
     assert answer.json()["status"] == "succeeded" and answer.json()["objects_deleted"] == 4
-    assert [key for key in objects if store.head(key) is not None] == []
+    assert [key for key in objects if s3_store.head(key) is not None] == []
     assert JobLogs(db).read(record.id) == [] and JobStore(db).input_image(record.id) is None
     gone = httpx.get(url, headers=_auth(keys["acme"]))
     assert gone.status_code == 410 and gone.json()["error"]["code"] == "deleted"
     assert httpx.get(f"{url}/logs", headers=_auth(keys["acme"])).status_code == 410
     assert httpx.get(url, headers=_auth(keys["globex"])).status_code == 404  # not theirs
-    listed = httpx.get(f"{gateway}/v1/jobs", headers=_auth(keys["acme"])).json()["jobs"]
+    listed = httpx.get(f"{s3_gateway}/v1/jobs", headers=_auth(keys["acme"])).json()["jobs"]
     assert record.id not in [job["id"] for job in listed]
     assert httpx.delete(url, headers=_auth(keys["acme"])).status_code == 410
 
 
 def test_a_job_not_yet_ended_is_canceled_then_deleted(
-    gateway: str, keys: dict[str, str], db: redis.Redis
+    s3_gateway: str, keys: dict[str, str], db: redis.Redis
 ) -> None:
     record = _queued(db)
-    answer = httpx.delete(f"{gateway}/v1/jobs/{record.id}", headers=_auth(keys["acme"]))
+    answer = httpx.delete(f"{s3_gateway}/v1/jobs/{record.id}", headers=_auth(keys["acme"]))
     assert answer.status_code == 200 and answer.json()["status"] == "canceled"
     assert db.zscore(f"animfleet:queued:{REGION}", record.id) is None
 
 
 def test_a_jobs_log_is_its_tenants_only_and_streams_as_log_events(
-    gateway: str, keys: dict[str, str], db: redis.Redis
+    s3_gateway: str, keys: dict[str, str], db: redis.Redis
 ) -> None:
     record = _queued(db)
     logs = JobLogs(db)
     logs.append(record.id, {"event": "job.submitted", "level": "info", "timestamp": "t1"})
     logs.append(record.id, {"event": "job.slow", "level": "warning", "timestamp": "t2", "n": 3})
-    url = f"{gateway}/v1/jobs/{record.id}/logs"
+    url = f"{s3_gateway}/v1/jobs/{record.id}/logs"
     assert httpx.get(url, headers=_auth(keys["globex"])).status_code == 404
     lines = httpx.get(url, headers=_auth(keys["acme"])).json()["lines"]
     assert [(line["event"], line["seq"], line["region"]) for line in lines] == [
@@ -149,7 +120,7 @@ def test_a_jobs_log_is_its_tenants_only_and_streams_as_log_events(
     assert [line["event"] for line in warnings["lines"]] == ["job.slow"]
 
     JobStore(db).update(record.id, lambda r: r.end(JobState.CANCELED, "canceled", "test"))
-    events = f"{gateway}/v1/jobs/{record.id}/events"
+    events = f"{s3_gateway}/v1/jobs/{record.id}/events"
     seen = []
     with httpx.stream("GET", events, headers=_auth(keys["acme"]), timeout=30) as response:
         for line in response.iter_lines():

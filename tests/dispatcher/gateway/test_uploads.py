@@ -4,8 +4,6 @@ sent to the gateway, and a key only its own tenant may name in a job."""
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
 from typing import Any
 
 import httpx
@@ -14,13 +12,8 @@ import redis
 from PIL import Image
 
 from animfleet.region.tenants import Tenants
-from animfleet.topology import Topology
-from dispatcher import Client
-from dispatcher.admission import AdmissionSettings
-from dispatcher.gateway import GatewaySettings
 from dispatcher.inputs import MAX_IMAGE_BYTES
-from storage import ObjectStore, open_store
-from tests.dispatcher.gateway.conftest import s3_region
+from storage import ObjectStore
 from tools.localfleet import LocalFleet
 
 DB = 10
@@ -29,27 +22,7 @@ BUCKET = "animfleet-uploads"
 
 
 @pytest.fixture(scope="module")
-def topology(servers: LocalFleet) -> Topology:
-    return s3_region(servers, REGION, BUCKET, DB)
-
-
-@pytest.fixture(scope="module")
-def store(topology: Topology) -> ObjectStore:
-    return open_store(topology.region(REGION).storage)
-
-
-@pytest.fixture(scope="module")
-def gateway(
-    topology: Topology,
-    serve: Callable[[Client, GatewaySettings], AbstractContextManager[str]],
-) -> Iterator[str]:
-    client = Client(topology, admission=AdmissionSettings(retry_budget_s=0.0, max_attempts=1))
-    with serve(client, GatewaySettings(region=REGION)) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def keys(servers: LocalFleet, gateway: str) -> dict[str, str]:
+def keys(servers: LocalFleet, s3_gateway: str) -> dict[str, str]:
     tenants = Tenants(redis.Redis(port=servers.redis_port, db=DB))
     return {t: tenants.create_key(t).key for t in ("acme", "globex")}
 
@@ -64,9 +37,9 @@ def _png(side: int = 64) -> bytes:
     return buffer.getvalue()
 
 
-def _presign(gateway: str, key: str, content_type: str = "image/png") -> dict[str, Any]:
+def _presign(s3_gateway: str, key: str, content_type: str = "image/png") -> dict[str, Any]:
     answer = httpx.post(
-        f"{gateway}/v1/uploads", json={"content_type": content_type}, headers=_auth(key)
+        f"{s3_gateway}/v1/uploads", json={"content_type": content_type}, headers=_auth(key)
     )
     assert answer.status_code == 201, answer.text
     body: dict[str, Any] = answer.json()
@@ -82,70 +55,77 @@ def _post_file(
 
 
 def test_a_presigned_upload_lands_under_the_tenants_own_key(
-    gateway: str, keys: dict[str, str], store: ObjectStore
+    s3_gateway: str, keys: dict[str, str], s3_store: ObjectStore
 ) -> None:
-    ticket = _presign(gateway, keys["acme"])
+    ticket = _presign(s3_gateway, keys["acme"])
     assert ticket["key"].startswith("inputs/uploads/acme/") and ticket["key"].endswith(".png")
     assert ticket["max_bytes"] == MAX_IMAGE_BYTES
     assert _post_file(ticket, _png()).status_code == 204
-    assert store.get(ticket["key"]) == _png()
+    assert s3_store.get(ticket["key"]) == _png()
 
 
 def test_storage_enforces_the_signed_size_type_and_key(
-    gateway: str, keys: dict[str, str], store: ObjectStore
+    s3_gateway: str, keys: dict[str, str], s3_store: ObjectStore
 ) -> None:
-    too_big = _post_file(_presign(gateway, keys["acme"]), b"\0" * (MAX_IMAGE_BYTES + 1))
+    too_big = _post_file(_presign(s3_gateway, keys["acme"]), b"\0" * (MAX_IMAGE_BYTES + 1))
     assert too_big.status_code == 400 and "EntityTooLarge" in too_big.text
-    wrong_type = _post_file(_presign(gateway, keys["acme"]), _png(), "text/html")
+    wrong_type = _post_file(_presign(s3_gateway, keys["acme"]), _png(), "text/html")
     assert wrong_type.status_code == 403
-    ticket = _presign(gateway, keys["acme"])
+    ticket = _presign(s3_gateway, keys["acme"])
     ticket["fields"]["key"] = "inputs/uploads/globex/planted.png"
     assert _post_file(ticket, _png()).status_code == 403
-    assert store.head("inputs/uploads/globex/planted.png") is None
+    assert s3_store.head("inputs/uploads/globex/planted.png") is None
 
 
-def test_presigned_upload_needs_a_key_and_a_known_type(gateway: str, keys: dict[str, str]) -> None:
+def test_presigned_upload_needs_a_key_and_a_known_type(
+    s3_gateway: str, keys: dict[str, str]
+) -> None:
     assert (
-        httpx.post(f"{gateway}/v1/uploads", json={"content_type": "image/png"}).status_code == 401
+        httpx.post(f"{s3_gateway}/v1/uploads", json={"content_type": "image/png"}).status_code
+        == 401
     )
     answer = httpx.post(
-        f"{gateway}/v1/uploads", json={"content_type": "text/html"}, headers=_auth(keys["acme"])
+        f"{s3_gateway}/v1/uploads", json={"content_type": "text/html"}, headers=_auth(keys["acme"])
     )
     assert answer.status_code == 422 and answer.json()["error"]["field"] == "content_type"
 
 
 def test_direct_upload_checks_the_bytes(
-    gateway: str, keys: dict[str, str], store: ObjectStore
+    s3_gateway: str, keys: dict[str, str], s3_store: ObjectStore
 ) -> None:
     headers = {**_auth(keys["acme"]), "Content-Type": "image/png"}
-    stored = httpx.post(f"{gateway}/v1/uploads/direct", content=_png(), headers=headers)
+    stored = httpx.post(f"{s3_gateway}/v1/uploads/direct", content=_png(), headers=headers)
     assert stored.status_code == 201, stored.text
-    assert stored.json()["bytes"] == len(_png()) and store.get(stored.json()["key"]) == _png()
-    not_image = httpx.post(f"{gateway}/v1/uploads/direct", content=b"<html>", headers=headers)
+    assert stored.json()["bytes"] == len(_png()) and s3_store.get(stored.json()["key"]) == _png()
+    not_image = httpx.post(f"{s3_gateway}/v1/uploads/direct", content=b"<html>", headers=headers)
     assert not_image.status_code == 422 and not_image.json()["error"]["field"] == "body"
     too_big = httpx.post(
-        f"{gateway}/v1/uploads/direct", content=b"\0" * (MAX_IMAGE_BYTES + 1), headers=headers
+        f"{s3_gateway}/v1/uploads/direct", content=b"\0" * (MAX_IMAGE_BYTES + 1), headers=headers
     )
     assert too_big.status_code == 413
     jpeg = httpx.post(
-        f"{gateway}/v1/uploads/direct",
+        f"{s3_gateway}/v1/uploads/direct",
         content=_png(),
         headers={**_auth(keys["acme"]), "Content-Type": "image/jpeg"},
     )
     assert jpeg.status_code == 422 and "PNG" in jpeg.json()["error"]["message"]
 
 
-def test_another_tenants_upload_reads_as_missing(gateway: str, keys: dict[str, str]) -> None:
+def test_another_tenants_upload_reads_as_missing(s3_gateway: str, keys: dict[str, str]) -> None:
     headers = {**_auth(keys["acme"]), "Content-Type": "image/png"}
-    key = httpx.post(f"{gateway}/v1/uploads/direct", content=_png(), headers=headers).json()["key"]
+    key = httpx.post(f"{s3_gateway}/v1/uploads/direct", content=_png(), headers=headers).json()[
+        "key"
+    ]
     request = {"image": key, "prompt": "pan", "width": 64, "height": 64}
-    stolen = httpx.post(f"{gateway}/v1/jobs", json=request, headers=_auth(keys["globex"]))
+    stolen = httpx.post(f"{s3_gateway}/v1/jobs", json=request, headers=_auth(keys["globex"]))
     assert stolen.status_code == 422, stolen.text
     assert stolen.json()["error"]["field"] == "image" and "no such object" in stolen.text
     own = {**_auth(keys["globex"]), "Content-Type": "image/png"}
-    theirs = httpx.post(f"{gateway}/v1/uploads/direct", content=_png(), headers=own).json()["key"]
+    theirs = httpx.post(f"{s3_gateway}/v1/uploads/direct", content=_png(), headers=own).json()[
+        "key"
+    ]
     mask = httpx.post(
-        f"{gateway}/v1/jobs",
+        f"{s3_gateway}/v1/jobs",
         json={**request, "image": theirs, "mask": key},
         headers=_auth(keys["globex"]),
     )
