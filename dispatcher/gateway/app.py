@@ -9,11 +9,13 @@ import anyio.to_thread
 import uvicorn
 from fastapi import FastAPI, Request, Response
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.middleware.base import RequestResponseEndpoint
 
 from animfleet import logs
 from animfleet.region.joblogs import keep_job_logs
+from animfleet.region.ratelimit import Decision
 from animfleet.topology import Topology
 from dispatcher import metrics
 from dispatcher.client import Client
@@ -28,12 +30,27 @@ from dispatcher.gateway import (
     playground,
     uploads,
 )
+from dispatcher.gateway.auth import rate_limit_headers
 from dispatcher.gateway.bodylimit import BodyLimit
 from dispatcher.gateway.routes import router
 from dispatcher.gateway.runtime import Runtime
 from dispatcher.gateway.server import server_config
 from dispatcher.gateway.settings import GatewaySettings
 from dispatcher.tenancy import Tenancy
+
+# Operation ids are what generated clients name their methods: camelCase of the handler's
+# name, or this name.
+OPERATION_IDS = {
+    "regions": "listRegions",
+    "job_events": "streamJobEvents",
+    "create_jobs": "createJobBatch",
+}
+
+
+def operation_id(route: APIRoute) -> str:
+    """``createJob`` for the handler ``create_job``."""
+    first, *rest = OPERATION_IDS.get(route.name, route.name).split("_")
+    return first + "".join(word.title() for word in rest)
 
 
 def create_app(client: Client, settings: GatewaySettings) -> FastAPI:
@@ -47,6 +64,7 @@ def create_app(client: Client, settings: GatewaySettings) -> FastAPI:
         yield
 
     app = FastAPI(
+        generate_unique_id_function=operation_id,
         title="animfleet",
         version="1",
         summary="Animate a still image: enqueue, follow, cancel, get notified.",
@@ -78,6 +96,9 @@ def create_app(client: Client, settings: GatewaySettings) -> FastAPI:
     @app.middleware("http")
     async def count_responses(request: Request, call_next: RequestResponseEndpoint) -> Response:
         response = await call_next(request)
+        decision = getattr(request.state, "rate_limit", None)
+        if decision is not None:
+            response.headers.update(rate_limit_headers(decision))
         route = request.scope.get("route")
         template = getattr(route, "path", "unmatched")  # a template: bounded label values
         metrics.HTTP_RESPONSES.labels(request.method, template, response.status_code).inc()
@@ -90,7 +111,13 @@ def create_app(client: Client, settings: GatewaySettings) -> FastAPI:
             allow_origins=list(settings.cors_origins),
             allow_methods=["GET", "POST", "PUT", "DELETE", "OPTIONS"],
             allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "Prefer"],
-            expose_headers=["Location", "Retry-After", "Idempotent-Replayed"],
+            expose_headers=[
+                "Location",
+                "Retry-After",
+                "Idempotent-Replayed",
+                "WWW-Authenticate",
+                *rate_limit_headers(Decision(allowed=True, retry_after_s=0)),
+            ],
             max_age=600,
         )
     app.add_middleware(

@@ -35,17 +35,19 @@ class ApiError(DispatcherError):
         message: str,
         field: str | None = None,
         retry_after_s: float | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
         self.field, self.retry_after_s = field, retry_after_s
+        self.headers = headers or {}
 
 
 def error_response(error: ApiError) -> JSONResponse:
     body: dict[str, Any] = {"code": error.code, "message": error.message}
     if error.field is not None:
         body["field"] = error.field
-    headers = {}
+    headers = dict(error.headers)
     if error.retry_after_s is not None:
         headers["Retry-After"] = str(max(1, math.ceil(error.retry_after_s)))
     return JSONResponse({"error": body}, status_code=error.status, headers=headers)
