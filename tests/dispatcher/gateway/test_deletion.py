@@ -6,9 +6,13 @@ archived copy, log lines), so each test sees exactly what a deletion must remove
 
 from __future__ import annotations
 
+import base64
+import io
+
 import httpx
 import pytest
 import redis
+from PIL import Image
 
 from animfleet.jobs import JobOutput, JobParams, JobRecord, JobState, new_job_id
 from animfleet.region.archive import RecordArchive
@@ -127,3 +131,29 @@ def test_a_jobs_log_is_its_tenants_only_and_streams_as_log_events(
             if line.startswith("event: "):
                 seen.append(line.removeprefix("event: "))
     assert seen[:2] == ["log", "log"] and seen[-1] == "canceled"
+
+
+def test_a_retried_submit_of_a_deleted_job_answers_deleted(
+    s3_gateway: str, keys: dict[str, str]
+) -> None:
+    image = base64.b64encode(_png()).decode()
+    request = {"image": f"data:image/png;base64,{image}", "prompt": "pan", "width": 64}
+    headers = {**_auth(keys["acme"]), "Idempotency-Key": "once"}
+    created = httpx.post(f"{s3_gateway}/v1/jobs", json=request, headers=headers)
+    assert created.status_code == 202, created.text
+    job = f"{s3_gateway}/v1/jobs/{created.json()['id']}"
+    assert httpx.delete(job, headers=_auth(keys["acme"])).status_code == 200
+    again = httpx.post(f"{s3_gateway}/v1/jobs", json=request, headers=headers)
+    assert again.status_code == 410 and again.json()["error"]["code"] == "deleted", again.text
+    other = httpx.post(
+        f"{s3_gateway}/v1/jobs",
+        json=request,
+        headers={**_auth(keys["globex"]), "Idempotency-Key": "once"},
+    )
+    assert other.status_code == 202  # keys are per tenant: another tenant's "once" is new
+
+
+def _png() -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (64, 64), (40, 90, 160)).save(buffer, format="PNG")
+    return buffer.getvalue()
