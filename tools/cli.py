@@ -289,6 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     from tools.keys import add_keys_commands
     from tools.model_cli import add_model_commands
     from tools.sim.cli import add_commands as add_simulation_commands
+    from tools.usage_cli import add_usage_command
 
     parser = _Parser(
         prog="animfleet", description="Run the fleet's processes and its offline tools."
@@ -402,6 +403,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_simulation_commands(sub)  # simulate, plan
     add_keys_commands(sub)  # keys create|list|revoke|rotate
     add_deploy_commands(sub)  # deploy set|apply|promote|status
+    add_usage_command(sub)  # usage --tenant T [--csv]
     return parser
 
 

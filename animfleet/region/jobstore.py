@@ -216,6 +216,11 @@ class JobStore:
         raw = self.redis.zrangebyscore(FINISHED_SET + region, "-inf", before, start=0, num=limit)
         return [item.decode() if isinstance(item, bytes) else str(item) for item in raw]
 
+    def finished_between(self, region: str, after: float, until: float) -> list[str]:
+        """Ids of ``region``'s jobs that ended after ``after`` and by ``until``, oldest first."""
+        raw = self.redis.zrangebyscore(FINISHED_SET + region, f"({after!r}", until)
+        return [item.decode() if isinstance(item, bytes) else str(item) for item in raw]
+
     def archive(self, job_id: str, region: str, archive: RecordArchive) -> bool:
         """Move a finished record to ``archive`` and out of Redis; False if it is not a
         finished record here. A record changed meanwhile is read and written again."""

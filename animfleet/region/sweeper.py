@@ -48,6 +48,7 @@ from animfleet.region.keys import (
 )
 from animfleet.region.messages import AnimateMessages
 from animfleet.region.runs import RunLeases
+from animfleet.region.usage import UsageBook
 from animfleet.region.workers import WorkerRegistry
 from animfleet.settings import EnvSettings, load
 from animfleet.topology import Region
@@ -99,6 +100,7 @@ class Sweeper:
         self.objects = objects
         prefix = region.storage.prefix
         self.archive = RecordArchive(objects, prefix) if objects is not None else None
+        self.usage = UsageBook(store, region.name, objects, prefix) if objects is not None else None
         self.outputs_prefix = prefix + "outputs/"
         self._reconciled_at = 0.0
         self.redis: redis.Redis = store.redis
@@ -126,6 +128,8 @@ class Sweeper:
         if result.rescued:
             log.info("sweeper.direct_rescued", region=self.region.name, messages=result.rescued)
         self._sweep_queued(now, result)
+        if self.usage is not None:  # before archiving: it reads the records still in Redis
+            self.usage.roll_up(now)
         if self.archive is not None:
             self._archive_finished(now, result)
             if now - self._reconciled_at >= self.settings.reconcile_every_s:

@@ -29,6 +29,7 @@ from dispatcher.gateway import (
     options,
     playground,
     uploads,
+    usage,
 )
 from dispatcher.gateway.auth import rate_limit_headers
 from dispatcher.gateway.bodylimit import BodyLimit
@@ -83,6 +84,7 @@ def create_app(client: Client, settings: GatewaySettings) -> FastAPI:
     app.include_router(playground.router)
     app.include_router(options.router)
     app.include_router(uploads.router)
+    app.include_router(usage.router)
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, str]:

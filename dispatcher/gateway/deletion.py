@@ -22,13 +22,12 @@ from animfleet.region.archive import RecordArchive
 from animfleet.region.erasure import Erasure
 from animfleet.region.listing import Listing
 from animfleet.region.runs import RunLeases
-from dispatcher.gateway import scoping
+from dispatcher.gateway import scoping, usage
 from dispatcher.gateway.auth import CallerDep
 from dispatcher.gateway.errors import ApiError
 from dispatcher.gateway.joblog import delete_lines
 from dispatcher.gateway.runtime import Runtime
-from dispatcher.gateway.schemas import ErrorResponse
-from dispatcher.gateway.views import runtime_of
+from dispatcher.gateway.views import error_responses, runtime_of
 from dispatcher.tenancy import Tenancy
 from storage import output_key
 
@@ -59,6 +58,8 @@ def erase(runtime: Runtime, tenancy: Tenancy, record: JobRecord) -> tuple[JobRec
             message = "the job's run has not stopped yet; retry shortly"
             raise ApiError(409, "still_running", message, retry_after_s=2)
         time.sleep(0.05)
+    # Counted before its record goes: a job no roll-up has seen yet is counted with it.
+    usage.book(runtime, record.region).note_deleted(record)
     regions = sorted({record.region, record.home_region})
     home = client.store(record.home_region).redis
     deleted = 0
@@ -88,7 +89,7 @@ def erase(runtime: Runtime, tenancy: Tenancy, record: JobRecord) -> tuple[JobRec
 @router.delete(
     "/jobs/{job_id}",
     response_model=DeletedJob,
-    responses={code: {"model": ErrorResponse} for code in (401, 404, 409, 410, 429)},
+    responses=error_responses(401, 404, 409, 410, 429),
     operation_id="deleteJob",
 )
 def delete_job(job_id: str, request: Request, caller: CallerDep) -> DeletedJob:

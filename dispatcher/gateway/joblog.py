@@ -16,8 +16,7 @@ from animfleet.region.joblogs import MAX_LINES, JobLogs
 from dispatcher.client import Client
 from dispatcher.gateway import scoping
 from dispatcher.gateway.auth import CallerDep
-from dispatcher.gateway.schemas import ErrorResponse
-from dispatcher.gateway.views import runtime_of
+from dispatcher.gateway.views import error_responses, runtime_of
 
 router = APIRouter(prefix="/v1")
 
@@ -65,7 +64,7 @@ def delete_lines(client: Client, job_id: str) -> None:
 @router.get(
     "/jobs/{job_id}/logs",
     response_model=JobLog,
-    responses={code: {"model": ErrorResponse} for code in (401, 404, 429)},
+    responses=error_responses(401, 404, 429),
     operation_id="getJobLogs",
 )
 def job_logs(

@@ -20,8 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from dispatcher.gateway.auth import CallerDep
 from dispatcher.gateway.errors import ApiError
 from dispatcher.gateway.images import EXTENSIONS, new_upload_key
-from dispatcher.gateway.schemas import ErrorResponse
-from dispatcher.gateway.views import runtime_of
+from dispatcher.gateway.views import error_responses, runtime_of
 from dispatcher.inputs import MAX_IMAGE_BYTES, check_image
 from storage import PostSigner
 
@@ -30,9 +29,7 @@ UploadType = Literal["image/png", "image/jpeg", "image/webp"]
 FORMAT_TYPES = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp"}
 
 router = APIRouter(prefix="/v1", tags=["uploads"])
-_ERRORS: dict[int | str, dict[str, object]] = {
-    code: {"model": ErrorResponse} for code in (401, 413, 422, 429, 501, 503)
-}
+_ERRORS = error_responses(401, 413, 422, 429, 501, 503)
 
 
 class UploadRequest(BaseModel):

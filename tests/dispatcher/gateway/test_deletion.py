@@ -7,7 +7,10 @@ archived copy, log lines), so each test sees exactly what a deletion must remove
 from __future__ import annotations
 
 import base64
+import csv
 import io
+import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -21,7 +24,11 @@ from animfleet.region.joblogs import JobLogs
 from animfleet.region.jobstore import JobStore
 from animfleet.region.listing import Listing
 from animfleet.region.tenants import Tenants
+from animfleet.region.usage import LAG_S, UsageBook, day_of
+from animfleet.topology import Topology
 from storage import ObjectStore, output_key
+from tools.cli import main
+from tools.local_servers import S3_ACCESS_KEY, S3_SECRET_KEY
 from tools.localfleet import LocalFleet
 
 DB = 9
@@ -54,12 +61,14 @@ def _queued(db: redis.Redis, tenant: str = "acme") -> JobRecord:
     return record
 
 
-def _finished(db: redis.Redis, s3_store: ObjectStore) -> tuple[JobRecord, list[str]]:
+def _finished(
+    db: redis.Redis, s3_store: ObjectStore, tenant: str = "acme"
+) -> tuple[JobRecord, list[str]]:
     """A job that ran twice (a lost first run left its object) and succeeded, archived too,
     from an upload; with the keys of every object it has."""
-    record = _queued(db)
+    record = _queued(db, tenant)
     keys = [output_key("", record.id, "run1"), output_key("", record.id, "run2")]
-    upload = "inputs/uploads/acme/photo.png"
+    upload = f"inputs/uploads/{tenant}/photo.png"
     for key in [*keys, upload]:
         s3_store.put(key, b"bytes", "video/mp4")
     Erasure(db).note_uploads(record.id, [upload])
@@ -157,3 +166,42 @@ def _png() -> bytes:
     buffer = io.BytesIO()
     Image.new("RGB", (64, 64), (40, 90, 160)).save(buffer, format="PNG")
     return buffer.getvalue()
+
+
+def test_usage_counts_jobs_and_deletions_by_day_in_the_api_and_the_cli(
+    s3_gateway: str,
+    s3_store: ObjectStore,
+    s3_topology: Topology,
+    db: redis.Redis,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    key = Tenants(db).create_key("counted").key
+    book = UsageBook(JobStore(db), REGION, s3_store)
+    _finished(db, s3_store, "counted")
+    gone, _ = _finished(db, s3_store, "counted")
+    book.roll_up(time.time() + LAG_S)  # what the region's sweeper does each pass
+    assert httpx.delete(f"{s3_gateway}/v1/jobs/{gone.id}", headers=_auth(key)).status_code == 200
+    book.roll_up(time.time() + LAG_S)
+    today = day_of(time.time())
+    usage = httpx.get(f"{s3_gateway}/v1/usage", params={"from": today}, headers=_auth(key))
+    assert usage.status_code == 200, usage.text
+    body = usage.json()
+    assert body["from"] == body["to"] == today and len(body["days"]) == 1
+    assert body["total"]["jobs"]["succeeded"] == 2 and body["total"]["deleted"] == 1
+    assert body["total"]["output_bytes"] == 10 and body["total"]["frame_pixels"] == 2 * 8 * 64 * 64
+    bad = httpx.get(f"{s3_gateway}/v1/usage", params={"from": "2026-02-30"}, headers=_auth(key))
+    assert bad.status_code == 422 and bad.json()["error"]["field"] == "from"
+
+    storage = s3_topology.region(REGION).storage
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(
+        f'[regions.{REGION}]\nbroker_url = "{s3_topology.region(REGION).broker_url}"\n'
+        f"[regions.{REGION}.storage]\n"
+        f'backend = "s3"\nbucket = "{storage.bucket}"\nendpoint_url = "{storage.endpoint_url}"\n'
+        f'access_key_id = "{S3_ACCESS_KEY}"\nsecret_access_key = "{S3_SECRET_KEY}"\n'
+    )
+    capsys.readouterr()  # what the gateway in this process logged so far
+    assert main(["--fleet", str(fleet), "usage", "--tenant", "counted", "--csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [(r["day"], r["succeeded"], r["deleted"]) for r in rows] == [(today, "2", "1")]
