@@ -1,4 +1,5 @@
-"""What a deleted job leaves behind, and what its deletion must find.
+"""Erasing a job (by request or by its tenant's retention), what it leaves behind, and what
+its deletion must find.
 
 A deleted job keeps a tombstone (when it was deleted) as long as an idempotency key may still
 name it, so a retried submit answers "deleted" instead of silently creating the job again; and
@@ -12,8 +13,12 @@ from collections.abc import Iterable
 
 import redis
 
-from animfleet.region.jobstore import IDEMPOTENCY_TTL_S
+from animfleet.jobs import JobRecord
+from animfleet.region.archive import Objects, RecordArchive
+from animfleet.region.joblogs import JobLogs
+from animfleet.region.jobstore import IDEMPOTENCY_TTL_S, JobStore
 from animfleet.region.keys import DELETED_KEY, JOB_UPLOADS, RECORD_TTL_S
+from animfleet.region.listing import Listing
 
 # As long as a record lives: an idempotency entry (a day) or a job id (a record's life).
 TOMBSTONE_TTL_S = max(IDEMPOTENCY_TTL_S, RECORD_TTL_S)
@@ -53,3 +58,31 @@ class Erasure:
         if tenant is not None and tombstone["tenant"] != tenant:
             return None
         return float(tombstone["at"])
+
+
+def erase_here(
+    store: JobStore, region: str, objects: Objects, prefix: str, record: JobRecord, at: float
+) -> int:
+    """Erase what ``region`` (its Redis ``store`` and storage ``objects`` under ``prefix``)
+    holds of ``record``'s ended job: every run's output, its archived record, its record,
+    input, webhook events and log lines; in its home region also its uploads and listing
+    entry, leaving a tombstone. How many objects were deleted."""
+    outputs = f"{prefix}outputs/"
+    keys = [
+        key
+        for key in objects.list_keys(f"{outputs}{record.id}")
+        if key == f"{outputs}{record.id}.mp4" or key.startswith(f"{outputs}{record.id}/")
+    ]
+    archived = RecordArchive(objects, prefix).key(record.id)
+    keys += [key for key in objects.list_keys(archived) if key == archived]
+    erasure = Erasure(store.redis)
+    if region == record.home_region:
+        keys += erasure.uploads(record.id)
+    for key in keys:
+        objects.delete(key)
+    store.erase(record.id, region)
+    JobLogs(store.redis).delete(record.id)
+    if region == record.home_region:
+        Listing(store.redis).remove(record.tenant, record.id)
+        erasure.mark_deleted(record.id, record.tenant, at)
+    return len(keys)

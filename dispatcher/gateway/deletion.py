@@ -18,9 +18,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
 from animfleet.jobs import JobRecord
-from animfleet.region.archive import RecordArchive
-from animfleet.region.erasure import Erasure
-from animfleet.region.listing import Listing
+from animfleet.region.erasure import erase_here
 from animfleet.region.runs import RunLeases
 from dispatcher.gateway import scoping, usage
 from dispatcher.gateway.auth import CallerDep
@@ -29,7 +27,6 @@ from dispatcher.gateway.joblog import delete_lines
 from dispatcher.gateway.runtime import Runtime
 from dispatcher.gateway.views import error_responses, runtime_of
 from dispatcher.tenancy import Tenancy
-from storage import output_key
 
 log = structlog.stdlib.get_logger("animfleet.gateway")
 
@@ -60,27 +57,13 @@ def erase(runtime: Runtime, tenancy: Tenancy, record: JobRecord) -> tuple[JobRec
         time.sleep(0.05)
     # Counted before its record goes: a job no roll-up has seen yet is counted with it.
     usage.book(runtime, record.region).note_deleted(record)
-    regions = sorted({record.region, record.home_region})
-    home = client.store(record.home_region).redis
-    deleted = 0
-    for region in regions:
+    deleted, now = 0, time.time()
+    for region in sorted({record.region, record.home_region}):
         prefix = client.topology.region(region).storage.prefix
         objects = runtime.objects(region)
-        keys = set(objects.list_keys(f"{prefix}outputs/{record.id}/"))
-        keys |= {output_key(prefix, record.id), RecordArchive(objects, prefix).key(record.id)}
-        if record.output is not None and region == record.region:
-            keys.add(record.output.key)
-        if region == record.home_region:
-            keys |= set(Erasure(home).uploads(record.id))
-        for key in sorted(keys):
-            if objects.head(key) is not None:
-                objects.delete(key)
-                deleted += 1
-        client.store(region).erase(record.id, region)
-    Listing(home).remove(record.tenant, record.id)
+        deleted += erase_here(client.store(region), region, objects, prefix, record, now)
     tenancy.tenants.settle(record.tenant, [record.id])
-    delete_lines(client, record.id)
-    Erasure(home).mark_deleted(record.id, record.tenant, time.time())
+    delete_lines(client, record.id)  # lines a spilled job left in other regions
     # No job_id field: the line would start the deleted job's log again.
     log.info("job.deleted", deleted_job=record.id, tenant=record.tenant, objects=deleted)
     return record, deleted
