@@ -4,7 +4,8 @@ Each name has one owner module in this package, which alone reads and writes it:
 :mod:`.jobstore` (records, inputs, queue order, deadlines, run times, idempotency, the holding and
 waiting sets), :mod:`.runs` (the lease of each job's live run), :mod:`.workers` (heartbeats),
 :mod:`.outbox` (webhook deliveries), :mod:`.joblogs` (each job's log lines),
-:mod:`.erasure` (deleted jobs), :mod:`.usage` (its roll-up cursor and notes) and
+:mod:`.erasure` (deleted jobs), :mod:`.usage` (its roll-up cursor and notes),
+:mod:`.retention` (finished jobs by tenant and end) and
 :mod:`.status` (read-only counts for the router), :mod:`.affinity` (what workers hold warm,
 their direct queues), :mod:`.sweeper` (its lease and the
 time a region lost its last worker) and :mod:`.backlog` with :mod:`.handoff` (the backlog; its
@@ -77,6 +78,7 @@ JOB_UPLOADS = KEY_PREFIX + "job-uploads:"  # + job id -> set of upload keys its 
 # Usage (:mod:`.usage`): the end time up to which a region's finished jobs were rolled up into
 # the day objects in storage, and what deletions noted since.
 USAGE_CURSOR = KEY_PREFIX + "usage-cursor:"  # + region -> unix seconds
+RETAINED = KEY_PREFIX + "retained:"  # + region:tenant -> zset job id -> end (:mod:`.retention`)
 USAGE_PENDING = KEY_PREFIX + "usage-pending:"  # + region -> list of JSON [tenant, day usage]
 
 # Model versions and deployments: the versions the region's registry holds (:mod:`.catalog`,

@@ -95,21 +95,21 @@ class UsageBook:
                 pipe.rpush(USAGE_PENDING + self.region, json.dumps([tenant, each.model_dump()]))
             pipe.execute()
 
-    def roll_up(self, now: float | None = None) -> int:
+    def roll_up(self, now: float | None = None) -> list[JobRecord]:
         """Add what ended since the last pass, and what deletions noted, to the day objects;
-        how many jobs and notes were counted. Called by the region's sweeper only."""
+        the jobs counted. Called by the region's sweeper only."""
         now = time.time() if now is None else now
         cursor = self._cursor()
         until = now - LAG_S
         totals: dict[tuple[str, str], DayUsage] = {}
-        counted = 0
+        counted = []
         for job_id in self.store.finished_between(self.region, cursor, until):
             try:
                 record = self.store.get(job_id)
             except JobNotFound:  # deleted meanwhile: counted when it was
                 continue
             _merge(totals, record.tenant, job_usage(record))
-            counted += 1
+            counted.append(record)
         notes = self.redis.lrange(USAGE_PENDING + self.region, 0, -1)
         for note in notes:
             tenant, fields = json.loads(note)
@@ -123,7 +123,7 @@ class UsageBook:
             pipe.set(USAGE_CURSOR + self.region, repr(until))
             pipe.ltrim(USAGE_PENDING + self.region, len(notes), -1)
             pipe.execute()
-        return counted + len(notes)
+        return counted
 
     def _cursor(self) -> float:
         raw = self.redis.get(USAGE_CURSOR + self.region)
