@@ -50,10 +50,25 @@ _HEADERS = {
     "Location": {"description": "/v1/jobs/{id}", "schema": {"type": "string"}},
     "Idempotent-Replayed": {"description": "true: an earlier job", "schema": {"type": "string"}},
 }
+# What a client (and Schemathesis' stateful tests) can do next with the job a submit returns.
+_JOB_LINKS = {
+    name: {"operationId": operation, "parameters": {"job_id": "$response.body#/id"}}
+    for name, operation in (
+        ("GetJob", "getJob"),
+        ("GetJobLogs", "getJobLogs"),
+        ("CancelJob", "cancelJob"),
+        ("DeleteJob", "deleteJob"),
+    )
+}
 # 202 is the declared status; 200 when ``Prefer: wait`` saw the job finish.
 SUBMITTED: dict[int | str, dict[str, Any]] = {
-    200: {"model": JobView, "description": "finished within Prefer: wait", "headers": _HEADERS},
-    202: {"description": "accepted", "headers": _HEADERS},
+    200: {
+        "model": JobView,
+        "description": "finished within Prefer: wait",
+        "headers": _HEADERS,
+        "links": _JOB_LINKS,
+    },
+    202: {"description": "accepted", "headers": _HEADERS, "links": _JOB_LINKS},
 }
 
 

@@ -29,7 +29,7 @@ UploadType = Literal["image/png", "image/jpeg", "image/webp"]
 FORMAT_TYPES = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp"}
 
 router = APIRouter(prefix="/v1", tags=["uploads"])
-_ERRORS = error_responses(401, 413, 422, 429, 501, 503)
+_ERRORS = error_responses(401, 409, 413, 422, 429, 503)
 
 
 class UploadRequest(BaseModel):
@@ -62,13 +62,14 @@ class StoredUpload(BaseModel):
 def create_upload(body: UploadRequest, request: Request, caller: CallerDep) -> PresignedUpload:
     """A presigned upload for one image: POST ``fields`` and then the file (form field
     ``file``) to ``url``; storage refuses a file over ``max_bytes``, of another type, or after
-    ``expires_at``. A region whose storage cannot sign uploads answers 501: send the bytes to
+    ``expires_at``. A region whose storage cannot sign uploads answers 409
+    ``presign_unsupported``: send the bytes to
     ``POST /v1/uploads/direct`` instead."""
     runtime = runtime_of(request)
     store = runtime.objects(runtime.settings.region)
     if not isinstance(store, PostSigner):
         raise ApiError(
-            501,
+            409,
             "presign_unsupported",
             "this region's storage cannot sign uploads; POST the bytes to /v1/uploads/direct",
         )

@@ -43,7 +43,7 @@ def test_upload_submit_follow_logs_then_delete(
     job_id = created.json()["id"]
 
     seen: list[tuple[str, dict[str, Any]]] = []
-    with api.stream("GET", f"/v1/jobs/{job_id}/events", timeout=90) as stream:
+    with api.stream("GET", f"/v1/jobs/{job_id}/events?logs=true", timeout=90) as stream:
         name = ""
         for line in stream.iter_lines():
             if line.startswith("event: "):

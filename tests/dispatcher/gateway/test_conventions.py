@@ -42,6 +42,9 @@ def test_operations_are_named_for_generated_clients(s3_gateway: str) -> None:
     assert ids["GET /v1/jobs"] == "listJobs" and ids["DELETE /v1/jobs/{job_id}"] == "deleteJob"
     assert ids["POST /v1/jobs/{job_id}/cancel"] == "cancelJob"
     assert ids["GET /v1/jobs/{job_id}/logs"] == "getJobLogs"
+    links = paths["/v1/jobs"]["post"]["responses"]["202"]["links"]  # create -> get -> ...
+    linked = {link["operationId"] for link in links.values()}
+    assert {"getJob", "getJobLogs", "deleteJob"} <= linked <= set(ids.values())
 
 
 def test_401_carries_a_bearer_challenge(s3_gateway: str) -> None:

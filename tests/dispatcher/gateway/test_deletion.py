@@ -133,13 +133,15 @@ def test_a_jobs_log_is_its_tenants_only_and_streams_as_log_events(
     assert [line["event"] for line in warnings["lines"]] == ["job.slow"]
 
     JobStore(db).update(record.id, lambda r: r.end(JobState.CANCELED, "canceled", "test"))
-    events = f"{s3_gateway}/v1/jobs/{record.id}/events"
-    seen = []
-    with httpx.stream("GET", events, headers=_auth(keys["acme"]), timeout=30) as response:
-        for line in response.iter_lines():
-            if line.startswith("event: "):
-                seen.append(line.removeprefix("event: "))
-    assert seen[:2] == ["log", "log"] and seen[-1] == "canceled"
+    events = f"{s3_gateway}/v1/jobs/{record.id}/events?logs=true"
+
+    def names(url: str) -> list[str]:
+        with httpx.stream("GET", url, headers=_auth(keys["acme"]), timeout=30) as response:
+            lines = list(response.iter_lines())
+        return [line.removeprefix("event: ") for line in lines if line.startswith("event: ")]
+
+    assert names(events)[:2] == ["log", "log"] and names(events)[-1] == "canceled"
+    assert "log" not in names(events.removesuffix("?logs=true"))  # logs: when asked
 
 
 def test_a_retried_submit_of_a_deleted_job_answers_deleted(
