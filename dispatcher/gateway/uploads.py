@@ -29,7 +29,7 @@ UploadType = Literal["image/png", "image/jpeg", "image/webp"]
 FORMAT_TYPES = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp"}
 
 router = APIRouter(prefix="/v1", tags=["uploads"])
-_ERRORS = error_responses(401, 409, 413, 422, 429, 503)
+_ERRORS = error_responses(400, 401, 409, 413, 422, 429, 503)
 
 
 class UploadRequest(BaseModel):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
@@ -14,7 +14,12 @@ from dispatcher.gateway.errors import ApiError
 from dispatcher.gateway.runtime import Runtime
 from dispatcher.gateway.views import error_responses, runtime_of
 
-DAY = r"^\d{4}-\d{2}-\d{2}$"
+# A day, strictly YYYY-MM-DD (``date.fromisoformat`` alone would also take 20260101).
+DAY: dict[str, Any] = {
+    "pattern": r"^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])$",
+    "description": "YYYY-MM-DD (UTC), inclusive",
+    "json_schema_extra": {"format": "date"},
+}
 MAX_DAYS = 366
 DEFAULT_DAYS = 30
 
@@ -39,7 +44,7 @@ def book(runtime: Runtime, region: str) -> UsageBook:
 def _parse(value: str, field: str) -> datetime.date:
     try:
         return datetime.date.fromisoformat(value)
-    except ValueError:
+    except ValueError:  # the pattern passed it: a day the month lacks, or year 0
         message = f"{field}: not a date (got {value!r})"
         raise ApiError(422, "invalid_input", message, field) from None
 
@@ -54,12 +59,8 @@ def _parse(value: str, field: str) -> datetime.date:
 def get_usage(
     request: Request,
     caller: CallerDep,
-    from_day: Annotated[
-        str | None, Query(alias="from", pattern=DAY, description="YYYY-MM-DD (UTC), inclusive")
-    ] = None,
-    to_day: Annotated[
-        str | None, Query(alias="to", pattern=DAY, description="YYYY-MM-DD (UTC), inclusive")
-    ] = None,
+    from_day: Annotated[str | None, Query(alias="from", **DAY)] = None,
+    to_day: Annotated[str | None, Query(alias="to", **DAY)] = None,
 ) -> Usage:
     """Your jobs by outcome, GPU-seconds, frames x pixels, output bytes and deletions, per
     day, from ``from`` to ``to`` (default: the last 30 days; at most 366 days). Jobs count on
