@@ -33,6 +33,9 @@ export interface AnimfleetOptions {
   retryBudgetMs?: number;
   /** Another `fetch` (a proxy agent, a test double); the global one by default. */
   fetch?: typeof fetch;
+  /** A submitted image given as bytes larger than this is uploaded first ({@link
+   * Animfleet.upload}) and sent as its key, not inlined as base64. Default 1 MiB. */
+  uploadOverBytes?: number;
 }
 
 export interface SubmitOptions {
@@ -75,6 +78,7 @@ export class Animfleet {
   readonly maxRetries: number;
   readonly retryBudgetMs: number;
   readonly timeoutMs: number;
+  readonly uploadOverBytes: number;
   private readonly apiKey: string | undefined;
   private readonly fetch: typeof fetch;
 
@@ -85,11 +89,16 @@ export class Animfleet {
     this.maxRetries = options.maxRetries ?? 5;
     this.retryBudgetMs = options.retryBudgetMs ?? 120_000;
     this.fetch = options.fetch ?? globalThis.fetch;
+    this.uploadOverBytes = options.uploadOverBytes ?? 2 ** 20;
   }
 
   /** Enqueue a job; `job` is the API's body (`frames`, `size`, `seed`, `model`, `webhook`...). */
-  submit(job: JobInput, options: SubmitOptions = {}): Promise<Job> {
+  async submit(job: JobInput, options: SubmitOptions = {}): Promise<Job> {
     const key = options.idempotencyKey ?? core.newIdempotencyKey();
+    if (job.image instanceof Uint8Array && job.image.byteLength > this.uploadOverBytes) {
+      const stored = await this.upload(job.image, { signal: options.signal });
+      job = { ...job, image: stored.key };
+    }
     return this.call<Job>("POST", "/v1/jobs", {
       body: core.jobBody(job),
       headers: { "Idempotency-Key": key, ...core.preferWait(options.waitS) },

@@ -181,6 +181,25 @@ describe("against a local fleet", { skip }, () => {
     assert.equal(stopped.status, "canceled");
   });
 
+  test("bytes past uploadOverBytes are uploaded first and sent as their key", async () => {
+    const called: string[] = [];
+    const uploading = new Animfleet({
+      baseUrl: ANIMFLEET_URL ?? "",
+      apiKey: ANIMFLEET_API_KEY ?? "",
+      uploadOverBytes: 0,
+      fetch: (input, init) => {
+        called.push(`${init?.method ?? "GET"} ${String(input)}`);
+        return fetch(input, init);
+      },
+    });
+    const job = await uploading.submit(small("sway"));
+    assert.ok(called[0]?.endsWith("/v1/uploads"), called.join(", "));
+    assert.ok(called[1]?.startsWith("POST ") && !called[1].startsWith(`POST ${ANIMFLEET_URL}`), "to storage");
+    assert.ok(called[2]?.endsWith("/v1/jobs"), called.join(", "));
+    const done = await uploading.wait(job.id, { timeoutS: 120 });
+    assert.equal(done.status, "succeeded", JSON.stringify(done.error));
+  });
+
   test("upload, submit by key, its log, delete, and usage shows it", async () => {
     const upload = await api.upload(png);
     assert.match(upload.key, /^inputs\/uploads\//);
