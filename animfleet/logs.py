@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
@@ -14,6 +15,8 @@ from pydantic_settings import SettingsConfigDict
 from animfleet.settings import EnvSettings, load
 
 _SECRET_KEYS = ("password", "secret", "token", "authorization", "signature")
+# Where lines about one job are copied besides stderr (:func:`tee_job_lines`), by name.
+_JOB_TEES: dict[str, Callable[[str, dict[str, Any]], None]] = {}
 
 
 def _drop_secrets(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
@@ -21,6 +24,25 @@ def _drop_secrets(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
     for key in list(event):
         if any(part in key.lower() for part in _SECRET_KEYS):
             event[key] = "***"
+    return event
+
+
+def tee_job_lines(name: str, sink: Callable[[str, dict[str, Any]], None] | None) -> None:
+    """Copy every enabled line carrying ``job_id`` to ``sink(job_id, line)`` (secrets already
+    masked), under ``name`` (a later sink of the same name replaces it; None removes it). A
+    sink that raises never stops the line reaching stderr."""
+    if sink is None:
+        _JOB_TEES.pop(name, None)
+    else:
+        _JOB_TEES[name] = sink
+
+
+def _tee_job_lines(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+    job_id = event.get("job_id")
+    if isinstance(job_id, str) and _JOB_TEES:
+        for sink in list(_JOB_TEES.values()):
+            with contextlib.suppress(Exception):  # a job's log is best effort; stderr is not
+                sink(job_id, event)
     return event
 
 
@@ -51,6 +73,7 @@ def configure(level: str | None = None) -> None:
         structlog.stdlib.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         _drop_secrets,
+        _tee_job_lines,
     ]
     structlog.configure(
         # Drop disabled levels first, so a filtered-out line costs next to nothing.

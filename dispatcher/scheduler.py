@@ -29,6 +29,7 @@ from animfleet.region.admission import AdmissionOutcome, admission_limit
 from animfleet.region.backlog import Backlog
 from animfleet.region.catalog import ModelCatalog
 from animfleet.region.handoff import Handoff
+from animfleet.region.joblogs import keep_job_logs_of
 from animfleet.region.jobstore import (
     IdempotencyConflict,
     JobNotFound,
@@ -326,6 +327,7 @@ def run_scheduler(
     if port := port_from_env("ANIMFLEET_SCHEDULER_METRICS_PORT"):
         serve(port)
     stop = stop or threading.Event()
+    keep_job_logs_of(topology, topology.names)  # a spilled job's lines go to its new region
     threads = []
     for region in regions:
         scheduler = RegionScheduler(topology, region, settings, admission)

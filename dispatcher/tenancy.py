@@ -15,7 +15,7 @@ from animfleet.errors import PermanentError, TransientError
 from animfleet.jobs import JobRecord, JobState
 from animfleet.region.jobstore import JobNotFound
 from animfleet.region.listing import BadCursor, Listing, NonFiniteCursor, Position
-from animfleet.region.ratelimit import RateLimiter
+from animfleet.region.ratelimit import Decision, RateLimiter
 from animfleet.region.tenants import ApiKey, IssuedKey, RevokedKey, Tenants, UnknownKey
 from dispatcher.client import Client
 from dispatcher.errors import DispatcherError
@@ -35,9 +35,10 @@ class KeyRevoked(DispatcherError, PermanentError):
 class RateLimited(DispatcherError, TransientError):
     """The tenant is over its request rate (429 ``rate_limited`` with ``Retry-After``)."""
 
-    def __init__(self, tenant: str, retry_after_s: float) -> None:
+    def __init__(self, tenant: str, retry_after_s: float, decision: Decision | None = None) -> None:
         super().__init__(f"tenant {tenant} is over its request rate; retry after the pause")
         self.retry_after_s = retry_after_s
+        self.decision = decision
 
 
 class InFlightLimit(DispatcherError, TransientError):
@@ -76,7 +77,12 @@ class Tenancy:
         self.limiter = RateLimiter(home)
 
     def authorize(self, key: str | None) -> ApiKey:
-        """The key's record, once its tenant's request rate allows one more request. Raises
+        """:meth:`authorize_metered` without the rate decision."""
+        return self.authorize_metered(key)[0]
+
+    def authorize_metered(self, key: str | None) -> tuple[ApiKey, Decision | None]:
+        """The key's record, once its tenant's request rate allows one more request, and that
+        rate's decision (None for a tenant without a rate limit). Raises
         :class:`Unauthenticated`, :class:`KeyRevoked` or :class:`RateLimited`; no message
         carries the key."""
         if not key:
@@ -92,8 +98,9 @@ class Tenancy:
         if limits.rate_per_s is not None and size is not None:
             decision = self.limiter.take(record.tenant, limits.rate_per_s, size)
             if not decision.allowed:
-                raise RateLimited(record.tenant, decision.retry_after_s)
-        return record
+                raise RateLimited(record.tenant, decision.retry_after_s, decision)
+            return record, decision
+        return record, None
 
     def owned(self, job_id: str, tenant: str) -> JobRecord:
         """``job_id``'s record if ``tenant`` owns it; otherwise :class:`JobNotFound`, the same

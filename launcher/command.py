@@ -21,6 +21,7 @@ from launcher.job_commands import add_job_commands
 from launcher.keys_commands import add_keys_commands
 from launcher.local_command import add_local_commands
 from launcher.processes import add_process_commands
+from launcher.usage_command import add_usage_command
 
 # Each adds its commands to the subparsers it is given. Another group of commands is one more
 # line here (its module imports only argument definitions at module level).
@@ -30,6 +31,7 @@ COMMAND_GROUPS = (
     add_local_commands,  # local up
     add_keys_commands,  # keys create|list|revoke|rotate|webhook-secret|limits
     add_deploy_commands,  # deploy set|apply|promote|status
+    add_usage_command,  # usage --tenant T [--csv]
 )
 # The offline tools' commands (model, train, eval, simulate, plan, demo, ...): ``tools`` is
 # named here, not imported, so that nothing the fleet runs depends on it.

@@ -52,6 +52,9 @@ def add_keys_commands(sub: Any) -> None:
     limits.add_argument("--in-flight", type=int, help="jobs queued or running at once")
     limits.add_argument("--backlog-cap", type=int, help="jobs waiting in a region's backlog")
     limits.add_argument("--weight", type=float, default=1.0, help="fair share in the backlog")
+    limits.add_argument(
+        "--retention-days", type=float, help="erase the tenant's jobs this long after they end"
+    )
     limits.set_defaults(func=cmd_keys_limits)
 
 
@@ -168,6 +171,7 @@ def cmd_keys_limits(args: argparse.Namespace) -> int:
             in_flight=args.in_flight,
             backlog_cap=args.backlog_cap,
             weight=args.weight,
+            retention_s=args.retention_days * 86400 if args.retention_days is not None else None,
         )
     except ValueError as error:
         raise SystemExit(f"animfleet: error: {error}") from None

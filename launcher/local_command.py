@@ -94,8 +94,9 @@ def _print_fleet(fleet: Any, tenant: str, took_s: float) -> None:
     lines += [
         f"  redis: 127.0.0.1:{fleet.redis_port}"
         + (f"  S3: {fleet.s3_endpoint}" if fleet.storage == "s3" else ""),
+        # A shell line as printed: the note after it is a comment.
         f"  export ANIMFLEET_FLEET_FILE={fleet.fleet_file}"
-        "   (for animfleet submit, list, keys, ...)",
+        "   # for animfleet submit, list, keys, ...",
     ]
     print("\n".join(lines), flush=True)
 

@@ -3,6 +3,8 @@
 from storage.base import (
     ObjectInfo,
     ObjectStore,
+    PostSigner,
+    PresignedPost,
     StorageError,
     StorageRejected,
     StorageUnavailable,
@@ -27,6 +29,8 @@ __all__ = [
     "ModelRegistry",
     "ObjectInfo",
     "ObjectStore",
+    "PostSigner",
+    "PresignedPost",
     "StorageError",
     "StorageRejected",
     "StorageUnavailable",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from animfleet.errors import AnimfleetError, PermanentError, TransientError
 
@@ -41,3 +41,22 @@ class ObjectStore(Protocol):
     def list_keys(self, prefix: str) -> list[str]: ...
 
     def presigned_url(self, key: str, expires_in: int) -> str: ...
+
+
+@dataclass(frozen=True)
+class PresignedPost:
+    """A browser-style upload: POST ``fields`` plus the file (form field ``file``, last) to
+    ``url`` as multipart/form-data; the server enforces the size range, content type, key and
+    expiry the policy names."""
+
+    url: str
+    fields: dict[str, str]
+
+
+@runtime_checkable
+class PostSigner(Protocol):
+    """A store that can hand out a presigned upload for one key (S3; not a local directory)."""
+
+    def presigned_post(
+        self, key: str, content_type: str, max_bytes: int, expires_in: int
+    ) -> PresignedPost: ...

@@ -10,7 +10,13 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
 
-from storage.base import ObjectInfo, StorageError, StorageRejected, StorageUnavailable
+from storage.base import (
+    ObjectInfo,
+    PresignedPost,
+    StorageError,
+    StorageRejected,
+    StorageUnavailable,
+)
 
 # Parts of 8 MiB above 16 MiB: outputs are small MP4s, so most uploads are a single PUT.
 _TRANSFER = TransferConfig(multipart_threshold=16 * 2**20, multipart_chunksize=8 * 2**20)
@@ -123,3 +129,16 @@ class S3Store:
             "get_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=expires_in
         )
         return url
+
+    def presigned_post(
+        self, key: str, content_type: str, max_bytes: int, expires_in: int
+    ) -> PresignedPost:
+        """A POST policy for exactly ``key``, 1..``max_bytes`` bytes of ``content_type``."""
+        post: dict[str, Any] = self.client.generate_presigned_post(
+            self.bucket,
+            key,
+            Fields={"Content-Type": content_type},
+            Conditions=[["content-length-range", 1, max_bytes], {"Content-Type": content_type}],
+            ExpiresIn=expires_in,
+        )
+        return PresignedPost(url=post["url"], fields=dict(post["fields"]))

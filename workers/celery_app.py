@@ -36,6 +36,7 @@ from structlog.contextvars import bound_contextvars
 from animfleet import logs
 from animfleet.constants import ANIMATE_TASK
 from animfleet.region.affinity import direct_queue
+from animfleet.region.joblogs import keep_job_logs
 from animfleet.region.jobstore import JobStore
 from animfleet.region.workers import WorkerRegistry, slot_names
 from animfleet.topology import Region, Topology
@@ -244,6 +245,7 @@ def load_model(**_: Any) -> None:
     animator = load_animator(settings, shared)  # compiles and warms up if configured
     worker_name = settings.name or f"{socket.gethostname()}-{os.getpid()}"
     store = JobStore.from_url(region.broker_url)
+    keep_job_logs({region.name: store.redis})
 
     def load_version(ref: str) -> Animator:
         try:

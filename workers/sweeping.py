@@ -16,6 +16,7 @@ import time
 import structlog
 
 from animfleet.metrics import port_from_env, serve
+from animfleet.region.joblogs import keep_job_logs_of
 from animfleet.region.jobstore import JobStore
 from animfleet.region.sweeper import Sweeper, SweepSettings
 from animfleet.topology import Region, Topology
@@ -50,6 +51,7 @@ def run_sweeper(
     if port := port_from_env("ANIMFLEET_SWEEPER_METRICS_PORT"):
         serve(port)
     stop = stop or threading.Event()
+    keep_job_logs_of(topology, regions)
     threads = [
         threading.Thread(
             target=sweep_region,

@@ -173,6 +173,11 @@ class JobStore:
         raw = self.redis.zrangebyscore(FINISHED_SET + region, "-inf", before, start=0, num=limit)
         return [item.decode() if isinstance(item, bytes) else str(item) for item in raw]
 
+    def finished_between(self, region: str, after: float, until: float) -> list[str]:
+        """Ids of ``region``'s jobs that ended after ``after`` and by ``until``, oldest first."""
+        raw = self.redis.zrangebyscore(FINISHED_SET + region, f"({after!r}", until)
+        return [item.decode() if isinstance(item, bytes) else str(item) for item in raw]
+
     def archive(self, job_id: str, region: str, archive: RecordArchive) -> bool:
         """Move a finished record to ``archive`` and out of Redis; False if it is not a
         finished record here. A record changed meanwhile is read and written again."""
@@ -198,6 +203,23 @@ class JobStore:
 
         self.redis.transaction(move, key)
         return bool(moved and moved[0])
+
+    def erase(self, job_id: str, region: str) -> None:
+        """Remove a terminal job's record, input and kept webhook events from Redis at once
+        (the job was deleted: nothing is archived). The idempotency entry naming it stays."""
+        key = JOB_KEY + job_id
+
+        def drop(pipe: redis.client.Pipeline) -> None:
+            raw = pipe.get(key)
+            if raw is not None and not JobRecord.model_validate_json(raw).status.terminal:
+                raise IllegalTransition(f"job {job_id} is not terminal; cancel it first")
+            deliveries = outbox.deliveries_of(pipe, job_id)
+            pipe.multi()
+            pipe.delete(key, INPUT_KEY + job_id)
+            outbox.forget(pipe, job_id, deliveries)
+            pipe.zrem(FINISHED_SET + region, job_id)
+
+        self.redis.transaction(drop, key)
 
     # -- the queue as users see it ---------------------------------------------------------
     def queue_position(self, record: JobRecord) -> int | None:

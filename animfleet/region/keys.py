@@ -4,7 +4,9 @@ Each name has one owner module in this package, which alone reads and writes it:
 :mod:`.jobstore` (records, inputs, queue order, deadlines, run times, idempotency, the holding and
 waiting sets; records are created only by :mod:`.admission`, which also lists a new job under
 its tenant for :mod:`.listing` and :mod:`.tenants`), :mod:`.runs` (the lease of each job's live
-run), :mod:`.workers` (heartbeats), :mod:`.outbox` (webhook deliveries) and
+run), :mod:`.workers` (heartbeats), :mod:`.outbox` (webhook deliveries), :mod:`.joblogs` (each
+job's log lines), :mod:`.erasure` (deleted jobs), :mod:`.usage` (its roll-up cursor and notes),
+:mod:`.retention` (finished jobs by tenant and end) and
 :mod:`.status` (read-only counts for the router), :mod:`.affinity` (what workers hold warm,
 their direct queues), :mod:`.sweeper` (its lease and the
 time a region lost its last worker) and :mod:`.backlog` with :mod:`.handoff` (the backlog; the
@@ -64,6 +66,21 @@ TENANT_SET = KEY_PREFIX + "tenants"  # set of every tenant with a key, limits or
 RATE_BUCKET = KEY_PREFIX + "rate:"  # + tenant -> hash tokens, at (a token bucket), expiring
 TENANT_IN_FLIGHT = KEY_PREFIX + "tenant-in-flight:"  # + tenant -> zset of its unfinished jobs
 TENANT_JOBS = KEY_PREFIX + "tenant-jobs:"  # + tenant -> zset job id -> created at
+
+# Each job's own log (:mod:`.joblogs`): its last lines from every process, and their counter.
+JOB_LOG_KEY = KEY_PREFIX + "job-log:"  # + job id -> list of "<seq> <JSON line>", capped
+JOB_LOG_SEQ = KEY_PREFIX + "job-log-seq:"  # + job id -> the last line's sequence number
+
+# Deleted jobs (:mod:`.erasure`): when each was deleted (what an idempotent retry of its submit
+# finds); the uploads each job's request named (deleted with it).
+DELETED_KEY = KEY_PREFIX + "deleted:"  # + job id -> JSON {tenant, at}, expiring
+JOB_UPLOADS = KEY_PREFIX + "job-uploads:"  # + job id -> set of upload keys its request named
+
+# Usage (:mod:`.usage`): the end time up to which a region's finished jobs were rolled up into
+# the day objects in storage, and what deletions noted since.
+USAGE_CURSOR = KEY_PREFIX + "usage-cursor:"  # + region -> unix seconds
+RETAINED = KEY_PREFIX + "retained:"  # + region:tenant -> zset job id -> end (:mod:`.retention`)
+USAGE_PENDING = KEY_PREFIX + "usage-pending:"  # + region -> list of JSON [tenant, day usage]
 
 # Model versions and deployments: the versions the region's registry holds (:mod:`.catalog`,
 # written by ``animfleet model push``), its deployments and their event log

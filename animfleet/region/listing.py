@@ -74,6 +74,10 @@ class Listing:
             pipe.zremrangebyscore(key, "-inf", f"({time.time() - RECORD_TTL_S}")
             pipe.execute()
 
+    def remove(self, tenant: str, job_id: str) -> None:
+        """Unlist a deleted job."""
+        self.redis.zrem(TENANT_JOBS + tenant, job_id)
+
     def page(
         self,
         tenant: str,

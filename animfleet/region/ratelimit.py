@@ -12,7 +12,8 @@ import redis
 
 from animfleet.region.keys import RATE_BUCKET
 
-# KEYS: the bucket. ARGV: refill per second, size. Returns {allowed (1/0), ms until a token}.
+# KEYS: the bucket. ARGV: refill per second, size. Returns {allowed (1/0), ms until a token,
+# whole tokens left, ms until the bucket is full}.
 _TAKE = """
 local rate = tonumber(ARGV[1])
 local size = tonumber(ARGV[2])
@@ -32,7 +33,7 @@ else
 end
 redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', tostring(now))
 redis.call('PEXPIRE', KEYS[1], math.ceil((size - tokens) * 1000 / rate) + 1000)
-return {allowed, wait_ms}
+return {allowed, wait_ms, math.floor(tokens), math.ceil((size - tokens) * 1000 / rate)}
 """
 
 
@@ -40,6 +41,9 @@ return {allowed, wait_ms}
 class Decision:
     allowed: bool
     retry_after_s: float  # 0 when allowed
+    limit: int = 0  # the bucket's size
+    remaining: int = 0  # whole requests left now
+    full_in_s: float = 0.0  # until the bucket is full again
 
 
 class RateLimiter:
@@ -49,5 +53,7 @@ class RateLimiter:
     def take(self, tenant: str, rate_per_s: float, size: int) -> Decision:
         """Take one token from ``tenant``'s bucket (``size`` tokens, refilled at
         ``rate_per_s``); when it is empty, say how long until the next token."""
-        allowed, wait_ms = self._take(keys=[RATE_BUCKET + tenant], args=[rate_per_s, size])
-        return Decision(bool(allowed), int(wait_ms) / 1000)
+        allowed, wait_ms, left, full_ms = self._take(
+            keys=[RATE_BUCKET + tenant], args=[rate_per_s, size]
+        )
+        return Decision(bool(allowed), int(wait_ms) / 1000, size, int(left), int(full_ms) / 1000)

@@ -96,6 +96,10 @@ class RunLeases:
             return record.worker is not None and present(record.worker)
         return _text(self.redis.get(self.key(record.id))) == record.run
 
+    def held(self, job_id: str) -> bool:
+        """Whether some run of ``job_id`` still holds its lease (it may still write)."""
+        return bool(self.redis.exists(self.key(job_id)))
+
     def start(
         self,
         job_id: str,

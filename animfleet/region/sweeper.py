@@ -47,7 +47,9 @@ from animfleet.region.keys import (
     WORKER_SET,
 )
 from animfleet.region.messages import AnimateMessages
+from animfleet.region.retention import Retention
 from animfleet.region.runs import RunLeases
+from animfleet.region.usage import UsageBook
 from animfleet.region.workers import WorkerRegistry
 from animfleet.settings import EnvSettings, load
 from animfleet.topology import Region
@@ -69,6 +71,7 @@ class SweepSettings(EnvSettings):
     archive_after_s: float = Field(default=86400.0, ge=0)
     # How often outputs that no record points to are looked for and deleted.
     reconcile_every_s: float = Field(default=300.0, gt=0)
+    retention_every_s: float = Field(default=60.0, ge=0)  # tenants' retention applied
     poll_s: float = Field(default=1.0, gt=0)  # between passes
 
     @classmethod
@@ -81,6 +84,7 @@ class SweepResult:
     requeued: list[str] = field(default_factory=list)
     ended: dict[str, str] = field(default_factory=dict)  # job id -> the state it ended in
     archived: list[str] = field(default_factory=list)
+    retention_deleted: list[str] = field(default_factory=list)
     orphans_deleted: list[str] = field(default_factory=list)  # object keys
     rescued: int = 0  # messages moved from a gone worker's direct queue to the shared one
 
@@ -99,6 +103,11 @@ class Sweeper:
         self.objects = objects
         prefix = region.storage.prefix
         self.archive = RecordArchive(objects, prefix) if objects is not None else None
+        self.usage = self.retention = None
+        if objects is not None:
+            self.usage = UsageBook(store, region.name, objects, prefix)
+            self.retention = Retention(store, region.name, objects, prefix, self.usage)
+        self._retained_at = 0.0
         self.outputs_prefix = prefix + "outputs/"
         self._reconciled_at = 0.0
         self.redis: redis.Redis = store.redis
@@ -126,6 +135,12 @@ class Sweeper:
         if result.rescued:
             log.info("sweeper.direct_rescued", region=self.region.name, messages=result.rescued)
         self._sweep_queued(now, result)
+        if self.usage is not None and self.retention is not None:
+            # Before archiving: the roll-up reads the records still in Redis.
+            self.retention.index(self.usage.roll_up(now))
+            if now - self._retained_at >= self.settings.retention_every_s:
+                self._retained_at = now
+                result.retention_deleted = self.retention.apply(now)
         if self.archive is not None:
             self._archive_finished(now, result)
             if now - self._reconciled_at >= self.settings.reconcile_every_s:

@@ -68,9 +68,10 @@ class Limits:
     in_flight: int | None = None  # jobs queued or running at once
     backlog_cap: int | None = None  # jobs waiting in a region's backlog
     weight: float = 1.0  # fair share in the backlog scheduler
+    retention_s: float | None = None  # its jobs are erased this long after they end
 
     def __post_init__(self) -> None:
-        for name in ("rate_per_s", "burst", "in_flight", "backlog_cap"):
+        for name in ("rate_per_s", "burst", "in_flight", "backlog_cap", "retention_s"):
             value = getattr(self, name)
             if value is not None and not (value > 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be > 0, got {value}")

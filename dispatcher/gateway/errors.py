@@ -30,12 +30,24 @@ BROKER_RETRY_AFTER_S = 5
 class ApiError(ApiProblem, DispatcherError):
     """An error with its HTTP status; raised by routes, rendered by :func:`install`."""
 
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        field: str | None = None,
+        retry_after_s: float | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(status, code, message, field, retry_after_s)
+        self.headers = headers or {}
+
 
 def error_response(error: ApiError) -> JSONResponse:
     body: dict[str, Any] = {"code": error.code, "message": error.message}
     if error.field is not None:
         body["field"] = error.field
-    headers = {}
+    headers = dict(error.headers)
     if error.retry_after_s is not None:
         headers["Retry-After"] = str(max(1, math.ceil(error.retry_after_s)))
     return JSONResponse({"error": body}, status_code=error.status, headers=headers)

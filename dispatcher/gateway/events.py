@@ -13,12 +13,13 @@ from typing import Annotated, Any
 
 import anyio
 import anyio.to_thread
-from fastapi import APIRouter, Header, Request
+from fastapi import APIRouter, Header, Query, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from animfleet.jobs import JobRecord
 from dispatcher.gateway import scoping
 from dispatcher.gateway.auth import CallerDep
+from dispatcher.gateway.joblog import read_lines
 from dispatcher.gateway.runtime import Runtime
 from dispatcher.gateway.schemas import ErrorResponse
 from dispatcher.gateway.views import render, runtime_of
@@ -33,8 +34,10 @@ router = APIRouter(prefix="/v1")
 EVENTS_DOC = {
     "description": "`text/event-stream`: events `queued` (queue_position, estimated_start_at),"
     " `started`, `progress` (step, total), then one of `succeeded`, `failed`, `canceled`,"
-    " `expired` carrying the job with its output URL, after which the stream ends. Each event"
-    " has an `id` to send back as `Last-Event-ID` when reconnecting.",
+    " `expired` carrying the job with its output URL, after which the stream ends. Each of"
+    " these has an `id` to send back as `Last-Event-ID` when reconnecting. With `logs=true`,"
+    " `log` events (no `id`) come between them, carrying the job's log lines as"
+    " `GET /v1/jobs/{id}/logs` lists them; a reconnected stream sends the log from its start.",
     "content": {"text/event-stream": {"schema": {"type": "string"}}},
 }
 
@@ -54,13 +57,14 @@ async def job_events(
     request: Request,
     caller: CallerDep,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=64)] = None,
+    logs: Annotated[bool, Query(description="also send the job's log lines")] = False,
 ) -> EventSourceResponse:
     """Follow one job live; resumable with ``Last-Event-ID``."""
     runtime = runtime_of(request)
     tenancy: Tenancy = request.app.state.tenancy
     # The first read answers 404 before the stream opens, for a missing job or another's.
     first = await anyio.to_thread.run_sync(scoping.owned, request, caller, job_id)
-    stream = _stream(runtime, tenancy, first, caller.tenant, Progress(last_event_id))
+    stream = _stream(runtime, tenancy, first, caller.tenant, Progress(last_event_id), logs)
     return EventSourceResponse(
         stream,
         ping=runtime.settings.events_heartbeat_s,
@@ -69,12 +73,26 @@ async def job_events(
 
 
 async def _stream(
-    runtime: Runtime, tenancy: Tenancy, record: JobRecord, tenant: str, progress: Progress
+    runtime: Runtime,
+    tenancy: Tenancy,
+    record: JobRecord,
+    tenant: str,
+    progress: Progress,
+    logs: bool,
 ) -> AsyncIterator[ServerSentEvent]:
     poll_s = runtime.settings.events_poll_s
     first = True
+    logged: dict[str, int] = {}  # region -> the last log line sent
     with anyio.move_on_after(STREAM_MAX_S):
         while True:
+            lines = []
+            if logs:
+                lines = await anyio.to_thread.run_sync(
+                    read_lines, runtime.client, record.id, logged
+                )
+            for line in lines:
+                logged[line.region] = max(logged.get(line.region, 0), line.seq)
+                yield ServerSentEvent(line.model_dump_json(), event="log")
             events = await anyio.to_thread.run_sync(_events, runtime, record, progress)
             for event in events:
                 yield ServerSentEvent(

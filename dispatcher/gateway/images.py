@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+import secrets
 import threading
 from collections import defaultdict
 from collections.abc import Iterator
@@ -25,6 +26,32 @@ from storage import ObjectStore, StorageError
 DATA_URI = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[\w=.+-]+)*),", re.ASCII)
 STORAGE_KEY = re.compile(r"^inputs/[A-Za-z0-9][A-Za-z0-9._/-]{0,255}$")
 FETCH_TIMEOUT_S = 10.0
+# Uploads live under one prefix per tenant; only that tenant may name them in a job.
+UPLOADS_PREFIX = "inputs/uploads/"
+EXTENSIONS = {"image/png": "png", "image/jpeg": "jpg", "image/webp": "webp"}
+_UPLOAD_KEY = re.compile(r"^inputs/uploads/(?P<tenant>[^/]+)/[A-Za-z0-9_-]+\.(png|jpg|webp)$")
+
+
+def new_upload_key(tenant: str, content_type: str) -> str:
+    """A fresh key for one of ``tenant``'s uploads of ``content_type`` (one of EXTENSIONS)."""
+    return f"{UPLOADS_PREFIX}{tenant}/{secrets.token_urlsafe(16)}.{EXTENSIONS[content_type]}"
+
+
+def upload_owner(key: str) -> str | None:
+    """The tenant an upload key belongs to; None for a key that is not an upload's."""
+    match = _UPLOAD_KEY.match(key)
+    return match.group("tenant") if match else None
+
+
+def upload_keys_in(value: object) -> set[str]:
+    """Every upload key a request body names (image, mask, add-on images, region masks)."""
+    if isinstance(value, str):
+        return {value} if value.startswith(UPLOADS_PREFIX) else set()
+    if isinstance(value, dict):
+        return set().union(*(upload_keys_in(item) for item in value.values()))
+    if isinstance(value, list | tuple):
+        return set().union(*(upload_keys_in(item) for item in value))
+    return set()
 
 
 class FetchSlots:
@@ -82,15 +109,31 @@ def resolve_image(
         except FetchFailed as error:
             raise InvalidInput(field, f"could not fetch {value[:200]!r}: {error}") from None
     if STORAGE_KEY.match(value) and ".." not in value.split("/"):
-        try:
-            return objects.get(value)
-        except (StorageError, KeyError, FileNotFoundError) as error:
-            raise InvalidInput(field, f"storage key {value!r} could not be read: {error}") from None
+        return _read_key(value, objects, tenant, field)
     raise InvalidInput(
         field,
         f"must be an http(s) URL, a base64 data URI or a storage key under inputs/ "
         f"(got {value[:60]!r})",
     )
+
+
+def _read_key(key: str, objects: ObjectStore, tenant: str, field: str) -> bytes:
+    """An object under ``inputs/``: another tenant's upload reads as missing; one over the
+    image limit is refused before it is read."""
+    missing = f"storage key {key!r} could not be read: no such object"
+    if key.startswith(UPLOADS_PREFIX) and upload_owner(key) != tenant:
+        raise InvalidInput(field, missing)
+    try:
+        info = objects.head(key)
+        if info is None:
+            raise InvalidInput(field, missing)
+        if info.size > MAX_IMAGE_BYTES:
+            raise InvalidInput(
+                field, f"storage key {key!r} is {info.size} bytes; the limit is {MAX_IMAGE_BYTES}"
+            )
+        return objects.get(key)
+    except (StorageError, KeyError, FileNotFoundError) as error:
+        raise InvalidInput(field, f"storage key {key!r} could not be read: {error}") from None
 
 
 def _decode_data_uri(value: str, field: str) -> bytes:

@@ -15,11 +15,15 @@ router = APIRouter(prefix="/v1", include_in_schema=False)
 ALLOWED = {
     "/jobs": "GET, POST, OPTIONS",
     "/jobs/batch": "POST, OPTIONS",
-    "/jobs/{job_id}": "GET, PUT, OPTIONS",
+    "/jobs/{job_id}": "GET, PUT, DELETE, OPTIONS",
+    "/jobs/{job_id}/logs": "GET, OPTIONS",
     "/jobs/{job_id}/cancel": "POST, OPTIONS",
     "/jobs/{job_id}/events": "GET, OPTIONS",
     "/jobs/{job_id}/webhook/replay": "POST, OPTIONS",
     "/regions": "GET, OPTIONS",
+    "/uploads": "POST, OPTIONS",
+    "/uploads/direct": "POST, OPTIONS",
+    "/usage": "GET, OPTIONS",
 }
 
 

@@ -11,7 +11,8 @@ from fastapi import APIRouter, Header, Request, Response
 from animfleet.errors import AnimfleetError
 from animfleet.jobs import JobRecord, public_job_id
 from animfleet.jobview import JobView, job_view
-from animfleet.region.jobstore import IdempotencyConflict
+from animfleet.region.erasure import Erasure
+from animfleet.region.jobstore import IdempotencyConflict, JobNotFound
 from animfleet.region.status import RegionStatus
 from animfleet_api.bounds import MAX_IDEMPOTENCY_KEY_CHARS, MAX_PREFER_WAIT_S
 from animfleet_api.request import BatchRequest, JobRequest
@@ -19,7 +20,7 @@ from dispatcher.client import JobHandle
 from dispatcher.gateway import scoping
 from dispatcher.gateway.auth import Caller, CallerDep
 from dispatcher.gateway.errors import ApiError, as_api_error
-from dispatcher.gateway.images import resolve_addon_images, resolve_image
+from dispatcher.gateway.images import resolve_addon_images, resolve_image, upload_keys_in
 from dispatcher.gateway.runtime import Runtime
 from dispatcher.gateway.schemas import (
     BatchResponse,
@@ -55,10 +56,25 @@ _HEADERS = {
     "Location": {"description": "/v1/jobs/{id}", "schema": {"type": "string"}},
     "Idempotent-Replayed": {"description": "true: an earlier job", "schema": {"type": "string"}},
 }
+# What a client (and Schemathesis' stateful tests) can do next with the job a submit returns.
+_JOB_LINKS = {
+    name: {"operationId": operation, "parameters": {"job_id": "$response.body#/id"}}
+    for name, operation in (
+        ("GetJob", "getJob"),
+        ("GetJobLogs", "getJobLogs"),
+        ("CancelJob", "cancelJob"),
+        ("DeleteJob", "deleteJob"),
+    )
+}
 # 202 is the declared status; 200 when ``Prefer: wait`` saw the job finish.
 SUBMITTED: dict[int | str, dict[str, Any]] = {
-    200: {"model": JobView, "description": "finished within Prefer: wait", "headers": _HEADERS},
-    202: {"description": "accepted", "headers": _HEADERS},
+    200: {
+        "model": JobView,
+        "description": "finished within Prefer: wait",
+        "headers": _HEADERS,
+        "links": _JOB_LINKS,
+    },
+    202: {"description": "accepted", "headers": _HEADERS, "links": _JOB_LINKS},
 }
 
 
@@ -161,7 +177,15 @@ def _submit(
     except IdempotencyConflict as conflict:  # name the earlier job as its tenant knows it
         earlier = public_job_id(conflict.job_id, caller.tenant)
         raise IdempotencyConflict(conflict.key, earlier) from None
-    record = handle.record or client.get(handle.id)  # a new job's record came back with it
+    try:
+        record = handle.record or client.get(handle.id)  # a new job's record came back with it
+    except JobNotFound:  # an idempotent repeat of a deleted job's submit
+        scoping.if_deleted(request, caller, handle.id, public_job_id(handle.id, caller.tenant))
+        raise
+    if handle.created:
+        Erasure(client.store(runtime.settings.region).redis).note_uploads(
+            record.id, upload_keys_in(body.model_dump())
+        )
     scoping.admitted(caller, record)
     if not handle.created:
         response.headers["Idempotent-Replayed"] = "true"
@@ -234,6 +258,10 @@ def create_jobs(body: BatchRequest, request: Request, caller: CallerDep) -> Batc
             answers.append(outcome)
         elif isinstance(outcome, JobHandle):
             record = outcome.record or client.get(outcome.id)
+            if outcome.created:
+                Erasure(client.store(runtime.settings.region).redis).note_uploads(
+                    record.id, upload_keys_in(body.jobs[len(answers)].model_dump())
+                )
             view = _view(runtime, record)
             answers.append(BatchResult(status=202 if outcome.created else 200, job=view))
         else:

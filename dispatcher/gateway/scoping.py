@@ -11,11 +11,13 @@ tenants had keys.
 from __future__ import annotations
 
 import hashlib
+import time
 from typing import Any
 
 from fastapi import Request
 
 from animfleet.jobs import JobRecord, scoped_job_id
+from animfleet.region.erasure import Erasure
 from animfleet.region.jobstore import JobNotFound
 from animfleet_api.bounds import MAX_IDEMPOTENCY_KEY_CHARS as MAX_KEY_CHARS
 from dispatcher.gateway.auth import Caller
@@ -58,14 +60,27 @@ def stored_id(caller: Caller, job_id: str) -> str:
 
 
 def owned(request: Request, caller: Caller, job_id: str) -> JobRecord:
-    """``job_id``'s record if the caller's tenant owns it, else 404 like a missing job."""
-    if caller.key_id is None:
-        record: JobRecord = request.app.state.runtime.client.get(job_id)
-        return record
+    """``job_id``'s record if the caller's tenant owns it, else 404 like a missing job (410
+    ``deleted`` for the caller's own deleted job)."""
+    stored = stored_id(caller, job_id)
     try:
-        return tenancy_of(request).owned(stored_id(caller, job_id), caller.tenant)
+        if caller.key_id is None:
+            record: JobRecord = request.app.state.runtime.client.get(job_id)
+            return record
+        return tenancy_of(request).owned(stored, caller.tenant)
     except JobNotFound:
+        if_deleted(request, caller, stored, job_id)
         raise JobNotFound(job_id) from None  # the id as the caller knows it
+
+
+def if_deleted(request: Request, caller: Caller, stored: str, job_id: str) -> None:
+    """410 ``deleted`` when ``stored`` names a job of the caller's that was deleted."""
+    tenancy = tenancy_of(request)
+    tenant = caller.tenant if caller.key_id is not None else None
+    at = Erasure(tenancy.client.store(tenancy.region).redis).deleted_at(stored, tenant)
+    if at is not None:
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+        raise ApiError(410, "deleted", f"job {job_id} was deleted at {when}")
 
 
 def admitted(caller: Caller, record: JobRecord) -> None:

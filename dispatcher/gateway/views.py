@@ -7,6 +7,7 @@ from fastapi import Request
 from animfleet.jobs import JobRecord
 from animfleet.jobview import JobView, job_view
 from dispatcher.gateway.runtime import Runtime
+from dispatcher.gateway.schemas import ErrorResponse
 
 
 def runtime_of(request: Request) -> Runtime:
@@ -24,3 +25,8 @@ def render(runtime: Runtime, record: JobRecord, estimate: bool = True) -> JobVie
         queue_position=position,
         estimated_start_at=start_at,
     )
+
+
+def error_responses(*codes: int) -> dict[int | str, dict[str, object]]:
+    """The OpenAPI ``responses`` of a route that may answer these error codes."""
+    return {code: {"model": ErrorResponse} for code in codes}

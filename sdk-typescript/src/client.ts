@@ -1,7 +1,7 @@
 /** The client of the animfleet HTTP API, on the platform's `fetch` (Node 20+): no dependencies. */
 
 import * as core from "./core.js";
-import { WaitTimeout } from "./errors.js";
+import { RequestRefused, WaitTimeout } from "./errors.js";
 import type {
   BatchInput,
   BatchResult,
@@ -10,8 +10,13 @@ import type {
   JobInput,
   JobPage,
   JobStatus,
+  JobLog,
+  DeletedJob,
   Models,
+  PresignedUpload,
   Regions,
+  StoredUpload,
+  Usage,
 } from "./types.js";
 import { isTerminal, isTerminalEvent } from "./types.js";
 
@@ -28,6 +33,9 @@ export interface AnimfleetOptions {
   retryBudgetMs?: number;
   /** Another `fetch` (a proxy agent, a test double); the global one by default. */
   fetch?: typeof fetch;
+  /** A submitted image given as bytes larger than this is uploaded first ({@link
+   * Animfleet.upload}) and sent as its key, not inlined as base64. Default 1 MiB. */
+  uploadOverBytes?: number;
 }
 
 export interface SubmitOptions {
@@ -50,6 +58,8 @@ export interface ListFilters {
 
 interface CallOptions {
   body?: unknown;
+  /** Sent as is, with its own content type, instead of a JSON `body`. */
+  raw?: { bytes: Uint8Array; contentType: string };
   headers?: Record<string, string>;
   query?: Record<string, string | number | undefined>;
   waitS?: number;
@@ -68,6 +78,7 @@ export class Animfleet {
   readonly maxRetries: number;
   readonly retryBudgetMs: number;
   readonly timeoutMs: number;
+  readonly uploadOverBytes: number;
   private readonly apiKey: string | undefined;
   private readonly fetch: typeof fetch;
 
@@ -78,11 +89,16 @@ export class Animfleet {
     this.maxRetries = options.maxRetries ?? 5;
     this.retryBudgetMs = options.retryBudgetMs ?? 120_000;
     this.fetch = options.fetch ?? globalThis.fetch;
+    this.uploadOverBytes = options.uploadOverBytes ?? 2 ** 20;
   }
 
   /** Enqueue a job; `job` is the API's body (`frames`, `size`, `seed`, `model`, `webhook`...). */
-  submit(job: JobInput, options: SubmitOptions = {}): Promise<Job> {
+  async submit(job: JobInput, options: SubmitOptions = {}): Promise<Job> {
     const key = options.idempotencyKey ?? core.newIdempotencyKey();
+    if (job.image instanceof Uint8Array && job.image.byteLength > this.uploadOverBytes) {
+      const stored = await this.upload(job.image, { signal: options.signal });
+      job = { ...job, image: stored.key };
+    }
     return this.call<Job>("POST", "/v1/jobs", {
       body: core.jobBody(job),
       headers: { "Idempotency-Key": key, ...core.preferWait(options.waitS) },
@@ -134,7 +150,9 @@ export class Animfleet {
       let status = "queued";
       try {
         for await (const event of this.events(jobId, { signal })) {
-          status = event.data.status;
+          if (event.event !== "log") {
+            status = event.data.status;
+          }
           if (isTerminalEvent(event)) {
             return event.data;
           }
@@ -162,11 +180,12 @@ export class Animfleet {
   /**
    * The job's live events (`queued`, `started`, `progress`, then its terminal state carrying
    * the job), ending after the terminal one. A dropped connection is resumed after the last
-   * event seen (`Last-Event-ID`), up to `maxRetries` times.
+   * event seen (`Last-Event-ID`), up to `maxRetries` times. With `logs: true`, also the
+   * job's log lines as `log` events (a resumed stream sends them again).
    */
   async *events(
     jobId: string,
-    options: { lastEventId?: string; signal?: AbortSignal } = {},
+    options: { lastEventId?: string; logs?: boolean; signal?: AbortSignal } = {},
   ): AsyncGenerator<JobEvent, void, undefined> {
     const parser = new core.EventParser(options.lastEventId ?? null);
     for (let attempt = 0; attempt <= this.maxRetries; attempt++) {
@@ -176,6 +195,7 @@ export class Animfleet {
       }
       const response = await this.send("GET", `/v1/jobs/${encodeURIComponent(jobId)}/events`, {
         headers,
+        query: { logs: options.logs ? "true" : undefined },
         signal: options.signal,
       });
       if (!response.ok || response.body === null) {
@@ -245,6 +265,66 @@ export class Animfleet {
     return new Uint8Array(await response.arrayBuffer());
   }
 
+  /**
+   * Put an image (PNG, JPEG or WebP, at most 10 MiB) in the region's storage once; the
+   * answer's `key` is usable as a job's `image`, `mask` or an add-on's `image`, by your
+   * tenant only. The bytes go straight to storage through a presigned upload; a region whose
+   * storage cannot sign one takes them itself (`POST /v1/uploads/direct`).
+   */
+  async upload(image: Uint8Array, options: { signal?: AbortSignal } = {}): Promise<StoredUpload> {
+    const contentType = core.imageType(image);
+    let ticket: PresignedUpload;
+    try {
+      ticket = await this.call<PresignedUpload>("POST", "/v1/uploads", {
+        body: { content_type: contentType },
+        ...options,
+      });
+    } catch (error) {
+      if (error instanceof RequestRefused && error.code === "presign_unsupported") {
+        const raw = { bytes: image, contentType };
+        return this.call<StoredUpload>("POST", "/v1/uploads/direct", { raw, ...options });
+      }
+      throw error;
+    }
+    const form = new FormData();
+    for (const [name, value] of Object.entries(ticket.fields)) {
+      form.append(name, value);
+    }
+    form.append("file", new Blob([image], { type: contentType }), "upload");
+    const signal = this.signal(options.signal);
+    const response = await this.fetch(ticket.url, { method: "POST", body: form, signal });
+    if (!response.ok) {
+      const detail = (await response.text()).slice(0, 300);
+      throw new Error(`upload to storage refused: HTTP ${response.status} ${detail}`);
+    }
+    return { key: ticket.key, content_type: contentType, bytes: image.byteLength };
+  }
+
+  /** What the fleet's processes logged about the job, oldest first (at `level` or above). */
+  logs(
+    jobId: string,
+    options: { level?: "debug" | "info" | "warning" | "error"; signal?: AbortSignal } = {},
+  ): Promise<JobLog> {
+    const query = { level: options.level };
+    const path = `/v1/jobs/${encodeURIComponent(jobId)}/logs`;
+    return this.call<JobLog>("GET", path, { query, signal: options.signal });
+  }
+
+  /** Erase the job (canceled first if not ended): outputs, its uploads, record and log. It
+   * then answers 410 `deleted`, and so does a retried submit with its idempotency key. */
+  delete(jobId: string, options: { signal?: AbortSignal } = {}): Promise<DeletedJob> {
+    return this.call<DeletedJob>("DELETE", `/v1/jobs/${encodeURIComponent(jobId)}`, options);
+  }
+
+  /** Your use by day (UTC): jobs by outcome, GPU-seconds, frames x pixels, output bytes,
+   * deletions; `from` and `to` as YYYY-MM-DD (default: the last 30 days). */
+  usage(
+    range: { from?: string; to?: string } = {},
+    options: { signal?: AbortSignal } = {},
+  ): Promise<Usage> {
+    return this.call<Usage>("GET", "/v1/usage", { query: { ...range }, ...options });
+  }
+
   /** The region's deployments and versions: what a job's `model` takes. */
   models(options: { signal?: AbortSignal } = {}): Promise<Models> {
     return this.call<Models>("GET", "/v1/models", options);
@@ -284,8 +364,11 @@ export class Animfleet {
     if (this.apiKey) {
       headers["Authorization"] = `Bearer ${this.apiKey}`;
     }
-    let body: string | undefined;
-    if (options.body !== undefined) {
+    let body: string | Uint8Array | undefined;
+    if (options.raw !== undefined) {
+      headers["Content-Type"] = options.raw.contentType;
+      body = options.raw.bytes;
+    } else if (options.body !== undefined) {
       headers["Content-Type"] = "application/json";
       body = JSON.stringify(options.body);
     }

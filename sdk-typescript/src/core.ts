@@ -8,17 +8,23 @@ export const DEFAULT_RETRY_S = 1;
 export const MAX_PREFER_WAIT_S = 60;
 export const USER_AGENT = "animfleet-sdk-ts/0.1";
 
+/** The image type of `image`'s bytes, by their signature (PNG unless JPEG or WebP). */
+export function imageType(image: Uint8Array): "image/png" | "image/jpeg" | "image/webp" {
+  if (image[0] === 0xff && image[1] === 0xd8 && image[2] === 0xff) {
+    return "image/jpeg";
+  }
+  if (String.fromCharCode(...image.subarray(0, 4)) === "RIFF") {
+    return "image/webp";
+  }
+  return "image/png";
+}
+
 /** A URL, data URI or `inputs/` key as given; bytes as a base64 data URI of their image type. */
 export function imageField(image: ImageInput): string {
   if (typeof image === "string") {
     return image;
   }
-  let kind = "image/png";
-  if (image[0] === 0xff && image[1] === 0xd8 && image[2] === 0xff) {
-    kind = "image/jpeg";
-  } else if (String.fromCharCode(...image.subarray(0, 4)) === "RIFF") {
-    kind = "image/webp";
-  }
+  const kind = imageType(image);
   const bytes = Buffer.from(image.buffer, image.byteOffset, image.byteLength);
   return `data:${kind};base64,${bytes.toString("base64")}`;
 }

@@ -15,15 +15,69 @@ export interface paths {
          * List Jobs
          * @description Your jobs, newest first. Jobs created while you page through never shift a page.
          */
-        get: operations["list_jobs_v1_jobs_get"];
+        get: operations["listJobs"];
         put?: never;
         /**
          * Create Job
          * @description Enqueue a job. The same ``Idempotency-Key`` with the same body returns the same job
          *     (header ``Idempotent-Replayed: true``); with another body, 409 ``idempotency_conflict``.
          */
-        post: operations["create_job_v1_jobs_post"];
+        post: operations["createJob"];
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/jobs/{job_id}/logs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Job Logs
+         * @description What the dispatcher, scheduler, worker, sweeper and webhook sender logged about the
+         *     job: submission, placement, start, each state change, webhook deliveries, errors.
+         */
+        get: operations["getJobLogs"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/jobs/{job_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Job
+         * @description The job: status, queue position and estimated start while queued, progress while
+         *     running, metrics, output with a freshly signed URL, error.
+         */
+        get: operations["getJob"];
+        /**
+         * Put Job
+         * @description Enqueue a job under a client-chosen id (1-64 of ``A-Za-z0-9_-``), your tenant's own (another
+         *     tenant's job of the same id is another job); idempotent: the same id with the same body
+         *     returns that job, with another body 409.
+         */
+        put: operations["putJob"];
+        post?: never;
+        /**
+         * Delete Job
+         * @description Erase the job (GDPR erasure): canceled first if it has not ended, then its outputs,
+         *     the uploads its request named, its record and its log. Afterwards the job answers 410
+         *     ``deleted``, and so does a retried submit with its idempotency key.
+         */
+        delete: operations["deleteJob"];
         options?: never;
         head?: never;
         patch?: never;
@@ -44,34 +98,7 @@ export interface paths {
          *     answer lists, in order, each item's status (202, 200 for an idempotent repeat, or the
          *     error's code: 422, 409, 429 ``backlog_full``, 503) with its job or its error.
          */
-        post: operations["create_jobs_v1_jobs_batch_post"];
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/v1/jobs/{job_id}": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        /**
-         * Get Job
-         * @description The job: status, queue position and estimated start while queued, progress while
-         *     running, metrics, output with a freshly signed URL, error.
-         */
-        get: operations["get_job_v1_jobs__job_id__get"];
-        /**
-         * Put Job
-         * @description Enqueue a job under a client-chosen id (1-64 of ``A-Za-z0-9_-``), your tenant's own (another
-         *     tenant's job of the same id is another job); idempotent: the same id with the same body
-         *     returns that job, with another body 409.
-         */
-        put: operations["put_job_v1_jobs__job_id__put"];
-        post?: never;
+        post: operations["createJobBatch"];
         delete?: never;
         options?: never;
         head?: never;
@@ -92,7 +119,7 @@ export interface paths {
          * @description A queued job never starts; a running one stops at its next denoising step. A job that
          *     already ended is returned unchanged.
          */
-        post: operations["cancel_job_v1_jobs__job_id__cancel_post"];
+        post: operations["cancelJob"];
         delete?: never;
         options?: never;
         head?: never;
@@ -112,7 +139,7 @@ export interface paths {
          * Replay Webhook
          * @description Send the job's most recent webhook event again (same ``webhook-id``).
          */
-        post: operations["replay_webhook_v1_jobs__job_id__webhook_replay_post"];
+        post: operations["replayWebhook"];
         delete?: never;
         options?: never;
         head?: never;
@@ -130,7 +157,7 @@ export interface paths {
          * Regions
          * @description Per region: live workers, busy workers, queued jobs.
          */
-        get: operations["regions_v1_regions_get"];
+        get: operations["listRegions"];
         put?: never;
         post?: never;
         delete?: never;
@@ -150,7 +177,7 @@ export interface paths {
          * Job Events
          * @description Follow one job live; resumable with ``Last-Event-ID``.
          */
-        get: operations["job_events_v1_jobs__job_id__events_get"];
+        get: operations["streamJobEvents"];
         put?: never;
         post?: never;
         delete?: never;
@@ -171,7 +198,73 @@ export interface paths {
          * @description The home region's deployments (with their current weights: a rolled-back canary shows
          *     0) and the versions of its registry.
          */
-        get: operations["list_models_v1_models_get"];
+        get: operations["listModels"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/uploads": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Create Upload
+         * @description A presigned upload for one image: POST ``fields`` and then the file (form field
+         *     ``file``) to ``url``; storage refuses a file over ``max_bytes``, of another type, or after
+         *     ``expires_at``. A region whose storage cannot sign uploads answers 409
+         *     ``presign_unsupported``: send the bytes to
+         *     ``POST /v1/uploads/direct`` instead.
+         */
+        post: operations["createUpload"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/uploads/direct": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Upload Direct
+         * @description Store the request body (a PNG, JPEG or WebP, at most 10 MiB) as an upload.
+         */
+        post: operations["uploadDirect"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Usage
+         * @description Your jobs by outcome, GPU-seconds, frames x pixels, output bytes and deletions, per
+         *     day, from ``from`` to ``to`` (default: the last 30 days; at most 366 days). Jobs count on
+         *     the day they ended, about a second after.
+         */
+        get: operations["getUsage"];
         put?: never;
         post?: never;
         delete?: never;
@@ -354,6 +447,67 @@ export interface components {
             job?: components["schemas"]["JobView"] | null;
             error?: components["schemas"]["ErrorBody"] | null;
         };
+        /**
+         * DayUsage
+         * @description One tenant's use on one day (in one region, or summed over regions).
+         */
+        DayUsage: {
+            /**
+             * Day
+             * @description YYYY-MM-DD, UTC, of the jobs' end
+             */
+            day: string;
+            /** Jobs */
+            jobs?: {
+                [key: string]: number;
+            };
+            /**
+             * Gpu Seconds
+             * @description from start to end of each job's run
+             * @default 0
+             */
+            gpu_seconds?: number;
+            /**
+             * Frame Pixels
+             * @description frames x width x height of outputs
+             * @default 0
+             */
+            frame_pixels?: number;
+            /**
+             * Output Bytes
+             * @default 0
+             */
+            output_bytes?: number;
+            /**
+             * Deleted
+             * @description jobs deleted by request
+             * @default 0
+             */
+            deleted?: number;
+            /**
+             * Retention Deleted
+             * @description jobs deleted by the retention
+             * @default 0
+             */
+            retention_deleted?: number;
+        };
+        /** DeletedJob */
+        DeletedJob: {
+            /** Id */
+            id: string;
+            /**
+             * Status
+             * @description the job's state when it was deleted (after any cancel)
+             */
+            status: string;
+            /** Deleted At */
+            deleted_at: number;
+            /**
+             * Objects Deleted
+             * @description output, upload and archived-record objects
+             */
+            objects_deleted: number;
+        };
         /** DeploymentView */
         DeploymentView: {
             /**
@@ -408,6 +562,16 @@ export interface components {
              */
             next_cursor: string | null;
         };
+        /** JobLog */
+        JobLog: {
+            /** Job Id */
+            job_id: string;
+            /**
+             * Lines
+             * @description the job's last 200 lines per region
+             */
+            lines: components["schemas"]["LogEntry"][];
+        };
         /**
          * JobMetrics
          * @description Seconds; ``None`` until the phase happened.
@@ -456,6 +620,8 @@ export interface components {
             addons?: components["schemas"]["AddonUse"][];
             /** Mask */
             mask?: string | null;
+            /** Image Sha256 */
+            image_sha256?: string | null;
             /**
              * Regions
              * @default []
@@ -654,6 +820,38 @@ export interface components {
                 [key: string]: unknown;
             };
         };
+        /** LogEntry */
+        LogEntry: {
+            /**
+             * Region
+             * @description the region whose processes wrote the line
+             */
+            region: string;
+            /**
+             * Seq
+             * @description 1, 2, ... per job and region
+             */
+            seq: number;
+            /**
+             * Timestamp
+             * @description ISO 8601, UTC
+             */
+            timestamp: string | null;
+            /** Level */
+            level: string | null;
+            /**
+             * Event
+             * @description what happened, e.g. job.submitted, job.transition
+             */
+            event: string;
+            /**
+             * Fields
+             * @description the line's other fields (secrets masked)
+             */
+            fields: {
+                [key: string]: unknown;
+            };
+        };
         /** Models */
         Models: {
             /** Region */
@@ -680,6 +878,36 @@ export interface components {
             bytes: number;
             /** Content Type */
             content_type: string;
+        };
+        /** PresignedUpload */
+        PresignedUpload: {
+            /**
+             * Key
+             * @description pass as `image`, `mask` or an add-on's `image` in a job
+             */
+            key: string;
+            /**
+             * Url
+             * @description POST here as multipart/form-data
+             */
+            url: string;
+            /**
+             * Fields
+             * @description form fields to send as given, before `file`
+             */
+            fields: {
+                [key: string]: string;
+            };
+            /**
+             * Max Bytes
+             * @description the largest file storage accepts under this policy
+             */
+            max_bytes: number;
+            /**
+             * Expires At
+             * @description unix seconds; the upload is refused after this
+             */
+            expires_at: number;
         };
         /**
          * RegionRequest
@@ -795,6 +1023,43 @@ export interface components {
             /** Type */
             type: string;
         };
+        /** StoredUpload */
+        StoredUpload: {
+            /**
+             * Key
+             * @description pass as `image`, `mask` or an add-on's `image` in a job
+             */
+            key: string;
+            /** Content Type */
+            content_type: string;
+            /** Bytes */
+            bytes: number;
+        };
+        /** UploadRequest */
+        UploadRequest: {
+            /**
+             * Content Type
+             * @description the file's type; the upload must send it
+             * @enum {string}
+             */
+            content_type: "image/png" | "image/jpeg" | "image/webp";
+        };
+        /** Usage */
+        Usage: {
+            /** Tenant */
+            tenant: string;
+            /** From */
+            from: string;
+            /** To */
+            to: string;
+            /**
+             * Days
+             * @description days with any use, oldest first
+             */
+            days: components["schemas"]["DayUsage"][];
+            /** @description the days added up (its `day` is `to`) */
+            total: components["schemas"]["DayUsage"];
+        };
         /** ValidationError */
         ValidationError: {
             /** Location */
@@ -856,7 +1121,7 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
-    list_jobs_v1_jobs_get: {
+    listJobs: {
         parameters: {
             query?: {
                 /** @description only jobs in this state */
@@ -931,7 +1196,7 @@ export interface operations {
             };
         };
     };
-    create_job_v1_jobs_post: {
+    createJob: {
         parameters: {
             query?: never;
             header?: {
@@ -1052,7 +1317,368 @@ export interface operations {
             };
         };
     };
-    create_jobs_v1_jobs_batch_post: {
+    getJobLogs: {
+        parameters: {
+            query?: {
+                /** @description minimum */
+                level?: string | null;
+            };
+            header?: never;
+            path: {
+                job_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobLog"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description Too Many Requests */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    getJob: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description wait=N: answer when the job is terminal or after N <= 60 s */
+                prefer?: string | null;
+            };
+            path: {
+                job_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobView"];
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Request Entity Too Large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Too Many Requests */
+            429: {
+                headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    putJob: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description wait=N: answer when the job is terminal or after N <= 60 s */
+                prefer?: string | null;
+                "Idempotency-Key"?: string | null;
+            };
+            path: {
+                job_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["JobRequest"];
+            };
+        };
+        responses: {
+            /** @description finished within Prefer: wait */
+            200: {
+                headers: {
+                    /** @description /v1/jobs/{id} */
+                    Location?: string;
+                    /** @description true: an earlier job */
+                    "Idempotent-Replayed"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobView"];
+                };
+            };
+            /** @description accepted */
+            202: {
+                headers: {
+                    /** @description /v1/jobs/{id} */
+                    Location?: string;
+                    /** @description true: an earlier job */
+                    "Idempotent-Replayed"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobView"];
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Request Entity Too Large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Too Many Requests */
+            429: {
+                headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    deleteJob: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                job_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeletedJob"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Gone */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description Too Many Requests */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    createJobBatch: {
         parameters: {
             query?: never;
             header?: never;
@@ -1152,231 +1778,7 @@ export interface operations {
             };
         };
     };
-    get_job_v1_jobs__job_id__get: {
-        parameters: {
-            query?: never;
-            header?: {
-                /** @description wait=N: answer when the job is terminal or after N <= 60 s */
-                prefer?: string | null;
-            };
-            path: {
-                job_id: string;
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description Successful Response */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["JobView"];
-                };
-            };
-            /** @description Bad Request */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Unauthorized */
-            401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Not Found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Conflict */
-            409: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Request Entity Too Large */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Unprocessable Entity */
-            422: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Too Many Requests */
-            429: {
-                headers: {
-                    /** @description seconds to wait */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Service Unavailable */
-            503: {
-                headers: {
-                    /** @description seconds to wait */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-        };
-    };
-    put_job_v1_jobs__job_id__put: {
-        parameters: {
-            query?: never;
-            header?: {
-                /** @description wait=N: answer when the job is terminal or after N <= 60 s */
-                prefer?: string | null;
-                "Idempotency-Key"?: string | null;
-            };
-            path: {
-                job_id: string;
-            };
-            cookie?: never;
-        };
-        requestBody: {
-            content: {
-                "application/json": components["schemas"]["JobRequest"];
-            };
-        };
-        responses: {
-            /** @description finished within Prefer: wait */
-            200: {
-                headers: {
-                    /** @description /v1/jobs/{id} */
-                    Location?: string;
-                    /** @description true: an earlier job */
-                    "Idempotent-Replayed"?: string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["JobView"];
-                };
-            };
-            /** @description accepted */
-            202: {
-                headers: {
-                    /** @description /v1/jobs/{id} */
-                    Location?: string;
-                    /** @description true: an earlier job */
-                    "Idempotent-Replayed"?: string;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["JobView"];
-                };
-            };
-            /** @description Bad Request */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Unauthorized */
-            401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Not Found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Conflict */
-            409: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Request Entity Too Large */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Unprocessable Entity */
-            422: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Too Many Requests */
-            429: {
-                headers: {
-                    /** @description seconds to wait */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Service Unavailable */
-            503: {
-                headers: {
-                    /** @description seconds to wait */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-        };
-    };
-    cancel_job_v1_jobs__job_id__cancel_post: {
+    cancelJob: {
         parameters: {
             query?: never;
             header?: never;
@@ -1474,7 +1876,7 @@ export interface operations {
             };
         };
     };
-    replay_webhook_v1_jobs__job_id__webhook_replay_post: {
+    replayWebhook: {
         parameters: {
             query?: never;
             header?: never;
@@ -1572,7 +1974,7 @@ export interface operations {
             };
         };
     };
-    regions_v1_regions_get: {
+    listRegions: {
         parameters: {
             query?: never;
             header?: never;
@@ -1668,9 +2070,12 @@ export interface operations {
             };
         };
     };
-    job_events_v1_jobs__job_id__events_get: {
+    streamJobEvents: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description also send the job's log lines */
+                logs?: boolean;
+            };
             header?: {
                 "Last-Event-ID"?: string | null;
             };
@@ -1681,7 +2086,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description `text/event-stream`: events `queued` (queue_position, estimated_start_at), `started`, `progress` (step, total), then one of `succeeded`, `failed`, `canceled`, `expired` carrying the job with its output URL, after which the stream ends. Each event has an `id` to send back as `Last-Event-ID` when reconnecting. */
+            /** @description `text/event-stream`: events `queued` (queue_position, estimated_start_at), `started`, `progress` (step, total), then one of `succeeded`, `failed`, `canceled`, `expired` carrying the job with its output URL, after which the stream ends. Each of these has an `id` to send back as `Last-Event-ID` when reconnecting. With `logs=true`, `log` events (no `id`) come between them, carrying the job's log lines as `GET /v1/jobs/{id}/logs` lists them; a reconnected stream sends the log from its start. */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -1728,7 +2133,7 @@ export interface operations {
             };
         };
     };
-    list_models_v1_models_get: {
+    listModels: {
         parameters: {
             query?: never;
             header?: never;
@@ -1748,6 +2153,236 @@ export interface operations {
             };
             /** @description Unauthorized */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    createUpload: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UploadRequest"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PresignedUpload"];
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Request Entity Too Large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Too Many Requests */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    uploadDirect: {
+        parameters: {
+            query?: never;
+            header: {
+                "Content-Type": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "image/png": string;
+                "image/jpeg": string;
+                "image/webp": string;
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StoredUpload"];
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Request Entity Too Large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Too Many Requests */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    getUsage: {
+        parameters: {
+            query?: {
+                /** @description YYYY-MM-DD (UTC), inclusive */
+                from?: string | null;
+                /** @description YYYY-MM-DD (UTC), inclusive */
+                to?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Usage"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Too Many Requests */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };

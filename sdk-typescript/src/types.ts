@@ -13,6 +13,13 @@ export type ErrorBody = Schemas["ErrorBody"];
 export type JobPage = Schemas["JobList"];
 export type Models = Schemas["Models"];
 export type Regions = Schemas["Regions"];
+export type StoredUpload = Schemas["StoredUpload"];
+export type PresignedUpload = Schemas["PresignedUpload"];
+export type JobLog = Schemas["JobLog"];
+export type LogEntry = Schemas["LogEntry"];
+export type DeletedJob = Schemas["DeletedJob"];
+export type Usage = Schemas["Usage"];
+export type DayUsage = Schemas["DayUsage"];
 
 /** An image as the client takes it: bytes (sent as a base64 data URI), an http(s) URL, a data
  * URI, or the key of an object under `inputs/` in the region's storage. */
@@ -50,7 +57,9 @@ export type JobEvent =
     }
   | { id: string; event: "started"; data: { status: "running"; started_at: number; attempt: number } }
   | { id: string; event: "progress"; data: { status: "running"; step: number; total: number } }
-  | { id: string; event: "succeeded" | "failed" | "canceled" | "expired"; data: Job };
+  | { id: string; event: "succeeded" | "failed" | "canceled" | "expired"; data: Job }
+  /** One of the job's log lines, as {@link LogEntry}; `id` repeats the last event's. */
+  | { id: string; event: "log"; data: LogEntry };
 
 /** The terminal event of a stream: it carries the job, with its output URL. */
 export type TerminalEvent = Extract<JobEvent, { data: Job }>;

@@ -180,4 +180,57 @@ describe("against a local fleet", { skip }, () => {
     const stopped = await api.wait(long.id, { timeoutS: 120 });
     assert.equal(stopped.status, "canceled");
   });
+
+  test("bytes past uploadOverBytes are uploaded first and sent as their key", async () => {
+    const called: string[] = [];
+    const uploading = new Animfleet({
+      baseUrl: ANIMFLEET_URL ?? "",
+      apiKey: ANIMFLEET_API_KEY ?? "",
+      uploadOverBytes: 0,
+      fetch: (input, init) => {
+        called.push(`${init?.method ?? "GET"} ${String(input)}`);
+        return fetch(input, init);
+      },
+    });
+    const job = await uploading.submit(small("sway"));
+    assert.ok(called[0]?.endsWith("/v1/uploads"), called.join(", "));
+    assert.ok(called[1]?.startsWith("POST ") && !called[1].startsWith(`POST ${ANIMFLEET_URL}`), "to storage");
+    assert.ok(called[2]?.endsWith("/v1/jobs"), called.join(", "));
+    const done = await uploading.wait(job.id, { timeoutS: 120 });
+    assert.equal(done.status, "succeeded", JSON.stringify(done.error));
+  });
+
+  test("upload, submit by key, its log, delete, and usage shows it", async () => {
+    const upload = await api.upload(png);
+    assert.match(upload.key, /^inputs\/uploads\//);
+    const job = await api.submit({ ...small("drift"), image: upload.key });
+    const logged: string[] = [];
+    for await (const event of api.events(job.id, { logs: true })) {
+      if (event.event === "log") {
+        logged.push(event.data.event);
+      }
+    }
+    assert.ok(logged.includes("job.submitted"), logged.join(","));
+    const done = await api.wait(job.id, { timeoutS: 120 });
+    assert.equal(done.status, "succeeded", JSON.stringify(done.error));
+    const log = await api.logs(job.id);
+    assert.ok(log.lines.some((line) => line.event === "job.submitted"));
+    const deleted = await api.delete(job.id);
+    assert.equal(deleted.status, "succeeded");
+    await assert.rejects(api.get(job.id), (error: unknown) => {
+      assert.ok(error instanceof RequestRefused);
+      assert.equal(error.status, 410);
+      assert.equal(error.code, "deleted");
+      return true;
+    });
+    // The region's sweeper rolls usage up about every second.
+    const deadline = Date.now() + 30_000;
+    let usage = await api.usage();
+    while ((usage.total.deleted ?? 0) < 1 && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      usage = await api.usage();
+    }
+    assert.ok((usage.total.deleted ?? 0) >= 1, JSON.stringify(usage.total));
+    assert.ok((usage.total.jobs?.["succeeded"] ?? 0) >= 1);
+  });
 });

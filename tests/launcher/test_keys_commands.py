@@ -34,9 +34,10 @@ def test_keys_create_list_revoke_in_every_region(
     with pytest.raises(SystemExit):
         main(["--fleet", str(fleet), "keys", "revoke", key, "--tenant", "beta"])
     limits = ["keys", "limits", "--tenant", "acme", "--rate", "5", "--weight", "2"]
-    assert main(["--fleet", str(fleet), *limits]) == 0
+    assert main(["--fleet", str(fleet), *limits, "--retention-days", "30"]) == 0
     for db in (redis_client, other):  # every region's gateways and scheduler read them
         assert Tenants(db).limits("acme").rate_per_s == 5.0
+        assert Tenants(db).limits("acme").retention_s == 30 * 86400
         assert Tenants(db).weights() == {"acme": 2.0}
     with pytest.raises(SystemExit):
         main(["--fleet", str(fleet), "keys", "limits", "--tenant", "acme", "--weight", "0"])

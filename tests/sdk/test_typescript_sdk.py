@@ -55,9 +55,14 @@ def _npm(*args: str, timeout: float = 600) -> None:
 
 @pytest.fixture(scope="module")
 def built() -> Path:
-    """sdk-typescript installed from its lock, its types checked against the document, built."""
     if shutil.which("node") is None or shutil.which("npm") is None:
         pytest.skip("node and npm are not installed: the TypeScript SDK cannot be built here")
+    return build_typescript_sdk()
+
+
+def build_typescript_sdk() -> Path:
+    """sdk-typescript installed from its lock, its types checked against the document, built;
+    the folder of its compiled tests (``dist`` beside it is the package)."""
     lock = hashlib.sha256((SDK / "package-lock.json").read_bytes()).hexdigest()
     if not LOCK_STAMP.is_file() or LOCK_STAMP.read_text() != lock:
         _npm("ci", "--no-audit", "--no-fund")

@@ -22,6 +22,7 @@ from animfleet import logs
 from animfleet.constants import WEBHOOK_QUEUE_PREFIX, WEBHOOK_TASK
 from animfleet.metrics import port_from_env, serve
 from animfleet.netguard import NetGuard
+from animfleet.region.joblogs import keep_job_logs
 from animfleet.region.jobstore import JobStore
 from animfleet.region.outbox import DueSet, mark_sender_alive
 from animfleet.topology import Region
@@ -94,6 +95,7 @@ def create_app(region: Region, settings: WebhookSettings, netguard: NetGuard) ->
         worker_hijack_root_logger=False,
     )
     store = JobStore.from_url(region.broker_url)
+    keep_job_logs({region.name: store.redis})
     sender = Sender(
         store=store,
         due=DueSet(store.redis, region.name),

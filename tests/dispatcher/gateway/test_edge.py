@@ -35,8 +35,7 @@ from dispatcher.admission import AdmissionSettings
 from dispatcher.gateway import GatewaySettings
 from dispatcher.tenancy import Tenancy
 from launcher.local_fleet import LocalFleet
-from launcher.local_servers import S3_ACCESS_KEY, S3_SECRET_KEY
-from storage.s3 import S3Store
+from tests.dispatcher.gateway.conftest import s3_region
 
 DB = 11
 REGION = "ed"
@@ -48,23 +47,7 @@ PARAMS = JobParams(prompt="pan", frames=8, fps=8, width=64, height=64, seed=1)
 
 @pytest.fixture(scope="module")
 def topology(servers: LocalFleet) -> Topology:
-    storage = {
-        "backend": "s3",
-        "bucket": BUCKET,
-        "endpoint_url": servers.s3_endpoint,
-        "access_key_id": S3_ACCESS_KEY,
-        "secret_access_key": S3_SECRET_KEY,
-    }
-    S3Store(
-        bucket=BUCKET,
-        endpoint_url=servers.s3_endpoint,
-        access_key_id=S3_ACCESS_KEY,
-        secret_access_key=S3_SECRET_KEY,
-    ).ensure_bucket()
-    redis.Redis(port=servers.redis_port, db=DB).flushdb()
-    broker = f"redis://127.0.0.1:{servers.redis_port}/{DB}"
-    regions = {REGION: {"broker_url": broker, "storage": storage}}
-    return Topology.from_mapping({"regions": regions}, env={})
+    return s3_region(servers, REGION, BUCKET, DB)
 
 
 def _client(topology: Topology) -> Client:

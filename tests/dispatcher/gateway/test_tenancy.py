@@ -241,8 +241,8 @@ def test_a_body_past_the_cap_is_refused_before_it_is_read(gateway: str, db: redi
 
 
 def test_the_sdk_models_match_the_openapi_document(gateway: str) -> None:
-    from animfleet_sdk import Job, JobPage
-    from animfleet_sdk.models import BatchResult, Output
+    from animfleet_sdk import DayUsage, DeletedJob, Job, JobLog, JobPage, LogEntry, StoredUpload
+    from animfleet_sdk.models import BatchResult, Output, PresignedUpload, Usage
 
     schemas = httpx.get(f"{gateway}/openapi.json").json()["components"]["schemas"]
     models: list[tuple[type[BaseModel], str]] = [
@@ -250,9 +250,17 @@ def test_the_sdk_models_match_the_openapi_document(gateway: str) -> None:
         (Output, "OutputView"),
         (JobPage, "JobList"),
         (BatchResult, "BatchResult"),
+        (PresignedUpload, "PresignedUpload"),
+        (StoredUpload, "StoredUpload"),
+        (LogEntry, "LogEntry"),
+        (JobLog, "JobLog"),
+        (DeletedJob, "DeletedJob"),
+        (DayUsage, "DayUsage"),
+        (Usage, "Usage"),
     ]
     for model, name in models:
-        assert set(model.model_fields) == set(schemas[name]["properties"]), name
+        fields = {field.alias or attr for attr, field in model.model_fields.items()}
+        assert fields == set(schemas[name]["properties"]), name
 
 
 def test_the_sdk_lists_streams_and_reports_errors(gateway: str, db: redis.Redis) -> None:
@@ -291,7 +299,7 @@ def test_the_sdk_waits_out_retry_after(gateway: str, db: redis.Redis) -> None:
 def test_the_contract_fixes(gateway: str, db: redis.Redis) -> None:
     key = Tenants(db).create_key("contract").key
     options = httpx.options(f"{gateway}/v1/jobs/tn.0000")
-    assert options.status_code == 204 and options.headers["allow"] == "GET, PUT, OPTIONS"
+    assert options.status_code == 204 and options.headers["allow"] == "GET, PUT, DELETE, OPTIONS"
     malformed = httpx.post(
         f"{gateway}/v1/jobs",
         content=b'{"prompt": ',
