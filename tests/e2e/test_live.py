@@ -88,7 +88,7 @@ def test_the_playground_submits_follows_and_plays_the_video(
         browser.get(fleet.gateway_url())
         browser.find_element(By.ID, "key").send_keys(key)
         browser.find_element(By.ID, "image").send_keys(str(image))
-        _until(lambda: "data:image" in browser.find_element(By.ID, "curl").text, 10, "curl")
+        _until(lambda: "input.png" in browser.find_element(By.ID, "curl").text, 10, "curl")
         browser.find_element(By.ID, "submit").click()
         script = (
             "const v = document.getElementById('video');"
@@ -104,7 +104,8 @@ def test_the_playground_submits_follows_and_plays_the_video(
         browser.quit()
     assert src and not paused and ready >= 2
     assert status == "succeeded"
-    assert log.index("queued") < log.index("started") < log.index("progress")
+    assert log.index("uploaded inputs/uploads/") < log.index("queued") < log.index("started")
+    assert log.index("started") < log.index("progress")
     assert key not in (fleet.root / "logs" / f"web-{REGION}.log").read_text()
 
 

@@ -20,6 +20,7 @@ import av
 import pytest
 
 from animfleet_sdk import Animfleet, RequestRefused
+from tests.e2e.test_live import _chrome
 from tests.launcher.test_local_up import Started, local_up  # noqa: F401  (the fixture)
 from tests.sdk.test_typescript_sdk import build_typescript_sdk
 
@@ -53,6 +54,32 @@ def _printed(started: Started) -> tuple[str, str]:
     return url, key
 
 
+def _playground_plays_a_photograph(url: str, key: str) -> None:
+    import sklearn.datasets
+
+    photo = Path(sklearn.datasets.__file__).parent / "images" / "china.jpg"
+    browser = _chrome()
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+    from selenium.webdriver.support.ui import Select
+
+    assert isinstance(browser, WebDriver)
+    playing = "const v = document.getElementById('video'); return v.currentTime > 0 && !v.paused;"
+    try:
+        browser.get(url)
+        browser.find_element(By.ID, "key").send_keys(key)
+        browser.find_element(By.ID, "image").send_keys(str(photo))
+        Select(browser.find_element(By.ID, "size")).select_by_visible_text("128")
+        browser.find_element(By.ID, "submit").click()
+        _until(lambda: bool(browser.execute_script(playing)), "the playground's video to play")
+        log = browser.find_element(By.ID, "log").text
+        status = browser.find_element(By.ID, "status").text
+    finally:
+        browser.quit()
+    assert status == "succeeded", log
+    assert "uploaded inputs/uploads/" in log
+
+
 @pytest.mark.timeout(900)
 def test_the_quick_start_walks_as_printed(
     local_up: Callable[..., Started],  # noqa: F811
@@ -80,13 +107,14 @@ def test_the_quick_start_walks_as_printed(
     # The printed export line, run as printed, points the CLI at this fleet.
     export = "export ANIMFLEET_FLEET_FILE=" + started.lines["export ANIMFLEET_FLEET_FILE"]
     listed = subprocess.run(
-        ["bash", "-c", f"{export}\n{sys.executable} -m launcher keys list"],
+        ["bash", "-c", f"{export}\n{sys.executable} -m launcher keys list --tenant default"],
         capture_output=True,
         text=True,
         timeout=120,
         env=os.environ | {"PYTHONPATH": str(ROOT)},
     )
-    assert listed.returncode == 0 and "default" in listed.stdout, listed.stderr[-2000:]
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    assert key.split("_")[1] in listed.stdout and "active" in listed.stdout  # the printed key
 
     # The Python SDK, the whole way.
     with Animfleet(url, api_key=key) as api:
@@ -109,6 +137,10 @@ def test_the_quick_start_walks_as_printed(
             return total.jobs.get("succeeded", 0) >= 2 and total.deleted >= 1
 
         _until(counted, "usage counted the two jobs and the deletion")
+
+    # The playground in a real Chromium, with the printed key: a photograph uploaded, its video
+    # played.
+    _playground_plays_a_photograph(url, key)
 
     # The TypeScript SDK, the same way, where Node is installed.
     if shutil.which("node") is None or shutil.which("npm") is None:
