@@ -1,9 +1,10 @@
 """``animfleet model tune``: measure every serving configuration, keep the fastest correct one.
 
-For one model and device, each candidate of :func:`workers.model.runtime.boot_tune.candidates` (the list a
-worker measures at boot: precision, fp32 and bf16 where the device has bf16 arithmetic;
-compilation, eager or compiled: the AOT packages when they match, else torch.compile; context
-de-dup and attention kernel, for U-Nets with attention) is timed on the worker's shape buckets by
+For one model and device, each candidate of
+:func:`workers.model.runtime.boot_tune.candidates` (the list a worker measures at boot:
+precision, fp32 and bf16 where the device has bf16 arithmetic; compilation, eager or compiled:
+the AOT packages when they match, else torch.compile; context de-dup and attention kernel, for
+U-Nets with attention) is timed on the worker's shape buckets by
 :mod:`tools.serving.measure`, interleaved. A combination whose frames fall below the PSNR floor
 against the fp32 eager, stock-attention reference on any bucket is rejected; the fastest of the
 rest (summed over buckets) is written to ``serving_profile.json`` for the device.
