@@ -8,9 +8,13 @@ run of the same model, sampler and steps, so it isolates the row's numerics; bel
 the row says FAIL. ``vs baseline`` compares with the baseline row's frames (distillation and
 sampler error included).
 
-Sections: the shipped teacher and student, cumulative, ending at the served configuration
-(student + serving profile + AOT artifact); variants not served (the 4-step student, block
-caching); and a random-weight SVD-style model (diffusers' ``UNetSpatioTemporalConditionModel``,
+Sections: the shipped teacher and students (8 and 4 steps, fp32 and bf16 eager), ending at the
+served default loaded as a worker loads it (its serving profile's entry for this device, or one
+measured at boot; AOT packages when built), with which entry served and why; the teacher, the
+served model's fp32 eager and the served default again at ``--large`` px (the U-Net at its
+working size, rendered up); the bar (>= 20x the fp32 eager DDIM 32x3 teacher at 64 px, >= 10x
+at 512 px, >= 40 dB against fp32 eager of the same model) with PASS/FAIL; block caching, not
+served; and a random-weight SVD-style model (diffusers' ``UNetSpatioTemporalConditionModel``,
 the class that serves a real SVD checkpoint) with its precision, de-dup and compile rows.
 """
 
