@@ -181,10 +181,11 @@ def served_section(
     print(table(variants, results, baseline, floor))
     row = cumulative[-1]
     info = results[row.config.label].info
+    runs = f"compiled: {', '.join(info['compiled'])}" if info.get("compiled") else "eagerly"
     print(
-        f"\nserved default: {served.name}, {info.get('serving')}; profile entry: "
-        f"{info.get('serving_origin')} ({info.get('serving_source')}); compiled "
-        f"{info.get('compiled') or 'no'} ({info.get('aot')})"
+        f"\nserved default: {served.name}, {info.get('serving')}; from: "
+        f"{info.get('serving_origin')} ({info.get('serving_source')}); runs {runs} "
+        f"(AOT: {info.get('aot')})"
     )
     verdicts = [_verdict(bucket, results, baseline, row, 20.0, floor)]
     if large is not None:
