@@ -20,7 +20,7 @@ from storage import ObjectInfo, StorageError
 from storage.local import LocalStore
 from workers.batching.slots import Slots
 from workers.model.animator import load_animator
-from workers.model.serving import load_serving
+from workers.model.runtime.serving import load_serving
 from workers.runner import JobRunner
 from workers.settings import WorkerSettings
 

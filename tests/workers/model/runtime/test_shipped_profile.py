@@ -7,8 +7,8 @@ import pytest
 
 from animfleet.models import SHIPPED_STUDENT_DIR
 from workers.model.animator import load_animator
-from workers.model.boot_tune import candidates
-from workers.model.profile import device_key, load_profile, lookup
+from workers.model.runtime.boot_tune import candidates
+from workers.model.runtime.profile import device_key, load_profile, lookup
 from workers.settings import WorkerSettings
 
 # The CPU kinds the fleet has run on: an AVX2 EPYC without bf16 instructions, and an AVX-512
