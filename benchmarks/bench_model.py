@@ -108,7 +108,7 @@ def served_rows(teacher: Path, students: list[Path], served: Path) -> tuple[list
 def _served_config(model: Path, steps: int) -> Config:
     """The served default, loaded as a worker loads it (its serving profile's entry for this
     device, or one measured at boot)."""
-    config = _config(f"served default: {_name(model)}, as a worker serves it", model, steps)
+    config = _config(f"served default: {_name(model)}, loaded as a worker", model, steps)
     return replace(config, worker=True)
 
 
