@@ -13,6 +13,7 @@ from pathlib import Path
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 SHIPPED_TEACHER_DIR = MODELS_DIR / "animfleet-small"
 SHIPPED_STUDENT_DIR = MODELS_DIR / "animfleet-small-distilled"
+SHIPPED_SLIM_DIR = MODELS_DIR / "animfleet-small-slim"
 SHIPPED_MODEL_DIR = SHIPPED_TEACHER_DIR  # what `animfleet train` exports and `eval` reads
 
 

@@ -8,9 +8,13 @@ run of the same model, sampler and steps, so it isolates the row's numerics; bel
 the row says FAIL. ``vs baseline`` compares with the baseline row's frames (distillation and
 sampler error included).
 
-Sections: the shipped teacher and student, cumulative, ending at the served configuration
-(student + serving profile + AOT artifact); variants not served (the 4-step student, block
-caching); and a random-weight SVD-style model (diffusers' ``UNetSpatioTemporalConditionModel``,
+Sections: the shipped teacher and students (8 and 4 steps, fp32 and bf16 eager), ending at the
+served default loaded as a worker loads it (its serving profile's entry for this device, or one
+measured at boot; AOT packages when built), with which entry served and why; the teacher, the
+served model's fp32 eager and the served default again at ``--large`` px (the U-Net at its
+working size, rendered up); the bar (>= 20x the fp32 eager DDIM 32x3 teacher at 64 px, >= 10x
+at 512 px, >= 40 dB against fp32 eager of the same model) with PASS/FAIL; block caching, not
+served; and a random-weight SVD-style model (diffusers' ``UNetSpatioTemporalConditionModel``,
 the class that serves a real SVD checkpoint) with its precision, de-dup and compile rows.
 """
 
@@ -23,13 +27,18 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from animfleet.models import SHIPPED_STUDENT_DIR, SHIPPED_TEACHER_DIR
+from animfleet.models import (
+    SHIPPED_SLIM_DIR,
+    SHIPPED_STUDENT_DIR,
+    SHIPPED_TEACHER_DIR,
+    shipped_model,
+)
 from benchmarks.attention_bench import attention_report, unet_flops
 from benchmarks.shapes import save_bench_model
 from tools.serving.measure import Config, Result, measure
 from tools.serving.tune import base_variant
 from workers.model.runtime.loading import ShapeBucket
-from workers.model.runtime.profile import choose, device_key, psnr
+from workers.model.runtime.profile import psnr
 
 
 @dataclass(frozen=True)
@@ -50,75 +59,57 @@ def _config(label: str, model: Path, steps: int, **changes: object) -> Config:
     return Config(label, model, variant, compile_, aot, DEVICE)
 
 
-def served_rows(teacher: Path, student: Path) -> tuple[list[Row], list[Row]]:
-    """(cumulative rows ending at the served configuration, variants not served)."""
-    served, why = choose(student, device_key(DEVICE))
-    print(f"served configuration on {device_key(DEVICE)}: {served.label()} ({why})")
-    steps = base_variant(student).steps
-    tuned = {"precision": served.precision, "context_dedup": served.context_dedup}
-    tuned_label = served.precision + (", compiled" if served.compile else ", eager")
+def _name(model: Path) -> str:
+    return (
+        model.name.removeprefix("animfleet-small-")
+        if model.name != "animfleet-small"
+        else "teacher"
+    )
+
+
+def served_rows(teacher: Path, students: list[Path], served: Path) -> tuple[list[Row], list[Row]]:
+    """(cumulative rows ending at the served default as a worker serves it, variants not
+    served). ``students``: the shipped students, each fp32 and bf16 eager at 8 steps (the
+    distilled count) and 4; ``served``: the model a worker serves by default."""
     base = "baseline: teacher fp32 eager, DDIM 32x3"
     dpm = "teacher fp32 eager, DPM-Solver++ 15x3"
-    student8 = f"student {steps}x1 fp32 eager"
-    student4 = "student 4x1 fp32 eager"
     cumulative = [
         Row(_config(base, teacher, 32, scheduler="ddim", context_dedup=False), base, 3),
         Row(_config(dpm, teacher, 15, context_dedup=False), dpm, 3),
         Row(_config("+ bf16 (the old default)", teacher, 15, precision="bf16"), dpm, 3),
-        Row(_config(student8, student, steps, context_dedup=False), student8, 1),
-        Row(
-            _config(f"student {steps}x1 bf16 eager", student, steps, precision="bf16"), student8, 1
-        ),
-        Row(
-            _config(
-                f"+ profile ({tuned_label}): torch.compile at boot",
-                student,
-                steps,
-                compile=True,
-                **tuned,
-            ),
-            student8,
-            1,
-        ),
-        Row(
-            _config(
-                f"served: + AOT artifact ({served.precision})",
-                student,
-                steps,
-                compile=served.compile,
-                aot=True,
-                **tuned,
-            ),
-            student8,
-            1,
-        ),
     ]
+    for model in students:
+        for steps in (8, 4):
+            ref = f"{_name(model)} {steps}x1 fp32 eager"
+            bf16 = f"{_name(model)} {steps}x1 bf16 eager"
+            cumulative += [
+                Row(_config(ref, model, steps, context_dedup=False), ref, 1),
+                Row(_config(bf16, model, steps, precision="bf16"), ref, 1),
+            ]
+    steps = base_variant(served).steps
+    served_ref = f"{_name(served)} {steps}x1 fp32 eager"
+    if all(row.config.label != served_ref for row in cumulative):
+        cumulative.append(
+            Row(_config(served_ref, served, steps, context_dedup=False), served_ref, 1)
+        )
+    cumulative.append(Row(_served_config(served, steps), served_ref, 1))
+    student = students[0]
+    ref = f"{_name(student)} 8x1 fp32 eager"
     variants = [
-        Row(_config(student4, student, 4, context_dedup=False), student4, 1),
         Row(
-            _config(
-                "student 4x1 + profile + AOT artifact",
-                student,
-                4,
-                compile=served.compile,
-                aot=True,
-                **tuned,
-            ),
-            student4,
-            1,
-        ),
-        Row(
-            _config(f"student {steps}x1 fp32 + block cache /2", student, steps, block_cache=2),
-            student8,
-            1,
-        ),
-        Row(
-            _config(f"student {steps}x1 fp32 + block cache /3", student, steps, block_cache=3),
-            student8,
+            _config(f"{_name(student)} 8x1 fp32 + block cache /2", student, 8, block_cache=2),
+            ref,
             1,
         ),
     ]
     return cumulative, variants
+
+
+def _served_config(model: Path, steps: int) -> Config:
+    """The served default, loaded as a worker loads it (its serving profile's entry for this
+    device, or one measured at boot)."""
+    config = _config(f"served default: {_name(model)}, loaded as a worker", model, steps)
+    return replace(config, worker=True)
 
 
 def svd_rows(model: Path) -> list[Row]:
@@ -172,23 +163,73 @@ def run(rows: list[Row], bucket: ShapeBucket, repeats: int, threads: int) -> dic
     return {result.config.label: result for result in results}
 
 
-def served_section(bucket: ShapeBucket, repeats: int, threads: int, floor: float) -> None:
-    cumulative, variants = served_rows(SHIPPED_TEACHER_DIR, SHIPPED_STUDENT_DIR)
+def served_section(
+    bucket: ShapeBucket, large: ShapeBucket | None, repeats: int, threads: int, floor: float
+) -> None:
+    served = shipped_model()
+    assert served is not None, "no shipped model: run from a source checkout"
+    students = [
+        m for m in (SHIPPED_STUDENT_DIR, SHIPPED_SLIM_DIR) if (m / "model_index.json").exists()
+    ]
+    cumulative, variants = served_rows(SHIPPED_TEACHER_DIR, students, served)
     results = run(cumulative + variants, bucket, repeats, threads)
     baseline = results[cumulative[0].config.label]
-    names = f"teacher {SHIPPED_TEACHER_DIR.name}, student {SHIPPED_STUDENT_DIR.name}"
-    print(f"\nshipped models ({names}):")
+    names = ", ".join(m.name for m in [SHIPPED_TEACHER_DIR, *students])
+    print(f"\nshipped models ({names}); served by default: {served.name}:")
     print(table(cumulative, results, baseline, floor))
     print("\nvariants, not served:")
     print(table(variants, results, baseline, floor))
-    served = results[cumulative[-1].config.label]
-    speedup = baseline.seconds / served.seconds
-    worst = min(_quality(results, row) for row in cumulative)
+    row = cumulative[-1]
+    info = results[row.config.label].info
+    runs = f"compiled: {', '.join(info['compiled'])}" if info.get("compiled") else "eagerly"
     print(
-        f"\nbar: served {speedup:.1f}x faster than the baseline (>= 20x: "
-        f"{'PASS' if speedup >= 20 else 'FAIL'}); lowest PSNR vs fp32 eager on the way "
-        f"{worst:.1f} dB (>= {floor:g} dB: {'PASS' if worst >= floor else 'FAIL'}); served "
-        f"ready in {served.load_s + served.warmup_s:.1f} s ({served.info.get('aot')})"
+        f"\nserved default: {served.name}, {info.get('serving')}; from: "
+        f"{info.get('serving_origin')} ({info.get('serving_source')}); runs {runs} "
+        f"(AOT: {info.get('aot')})"
+    )
+    verdicts = [_verdict(bucket, results, baseline, row, 20.0, floor)]
+    if large is not None:
+        reference = next(r for r in cumulative if r.config.label == row.reference)
+        teacher_large = _at(cumulative[0], large.height)
+        reference_large = _at(reference, large.height)
+        big = [teacher_large, reference_large, _at(row, large.height, reference_large)]
+        print(
+            f"\n{large.frames} frames at {large.height}x{large.width} "
+            "(the U-Net at its working size, rendered up):"
+        )
+        large_results = run(big, large, repeats, threads)
+        large_baseline = large_results[big[0].config.label]
+        print(table(big, large_results, large_baseline, floor))
+        verdicts.append(_verdict(large, large_results, large_baseline, big[2], 10.0, floor))
+    print(
+        "\nbar: served default vs the fp32 eager DDIM 32x3 teacher; "
+        "PSNR vs fp32 eager of the same model:"
+    )
+    print("\n".join(verdicts))
+
+
+def _at(row: Row, size: int, reference: Row | None = None) -> Row:
+    """``row`` at another size, compared with ``reference`` (default: itself)."""
+    label = f"{row.config.label}, {size} px"
+    ref = f"{reference.config.label}" if reference else label
+    return Row(replace(row.config, label=label), ref, row.passes)
+
+
+def _verdict(
+    bucket: ShapeBucket,
+    results: dict[str, Result],
+    baseline: Result,
+    row: Row,
+    bar: float,
+    floor: float,
+) -> str:
+    served = results[row.config.label]
+    speedup = baseline.seconds / served.seconds
+    quality = _quality(results, row)
+    fast, close = speedup >= bar, quality >= floor
+    return (
+        f"  {bucket.height} px: {speedup:.1f}x (>= {bar:g}x: {'PASS' if fast else 'FAIL'}), "
+        f"{quality:.1f} dB (>= {floor:g} dB: {'PASS' if close else 'FAIL'})"
     )
 
 
@@ -196,6 +237,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frames", type=int, default=8)
     parser.add_argument("--size", type=int, default=64)
+    parser.add_argument(
+        "--large", type=int, default=512, help="the rendered size of the second bar (0: skip it)"
+    )
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--floor-db", type=float, default=40.0)
@@ -217,7 +261,8 @@ def main() -> None:
         f"load average {load}"
     )
     if not args.no_served:
-        served_section(bucket, args.repeats, args.threads, floor)
+        large = ShapeBucket(args.frames, args.large, args.large) if args.large else None
+        served_section(bucket, large, args.repeats, args.threads, floor)
     if not args.no_svd:
         model = save_bench_model(args.svd_model_dir)
         print(f"\nSVD-style random-weight model ({model}, UNetSpatioTemporalConditionModel):")

@@ -1,6 +1,8 @@
 """Motion accuracy of the served configuration against the fp32 eager model, on the held-out
 clips of ``animfleet eval``: the worker's own ``Animator`` (serving profile, AOT artifact,
-warm-up check) and a plain fp32 eager one animate the same first frames and prompts.
+warm-up check) and a plain fp32 eager one animate the same first frames and prompts. With
+``--photos``, both also run ``animfleet eval --photos`` (held-out real photographs at 256 and
+512 px, rendered as the worker renders) at the served step count.
 ``python -m tools.serving.evaluate``."""
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 import argparse
 import io
 import os
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -20,6 +23,8 @@ from tools.training.data.scenes import heldout_sample
 from tools.training.evaluation.evaluate import EvalSettings
 from tools.training.evaluation.frame_metrics import to_uint8
 from tools.training.evaluation.motion_estimate import classify
+from tools.training.evaluation.photo_eval import PhotoEvalSettings, run_photo_eval
+from tools.training.evaluation.photo_eval import summary as photo_summary
 from workers.model.animator import Animator, load_animator
 from workers.model.runtime.loading import Variant
 from workers.model.runtime.profile import psnr
@@ -37,6 +42,8 @@ def main() -> None:
     parser.add_argument("--model", default="animfleet-small-distilled")
     parser.add_argument("--per-family", type=int, default=16)
     parser.add_argument("--size", type=int, default=32)
+    parser.add_argument("--photos", action="store_true", help="also the held-out photographs")
+    parser.add_argument("--out", type=Path, default=Path("out/served"), help="photo reports")
     args = parser.parse_args()
     model = resolve_model(args.model)
     size, frames = args.size, EvalSettings.num_frames
@@ -80,6 +87,12 @@ def main() -> None:
         f"served vs fp32 eager: lowest PSNR over the clips {worst:.1f} dB; "
         f"AOT misses {served.recompiles}"
     )
+    if args.photos:
+        photos = PhotoEvalSettings(steps=served.variant.steps)
+        for name, animator in (("served", served), ("fp32 eager", reference)):
+            out = args.out / name.replace(" ", "-")
+            print(f"\nheld-out photographs, {name} ({out / 'photos.json'}):")
+            print(photo_summary(run_photo_eval(animator.pipeline, out, photos)))
 
 
 if __name__ == "__main__":

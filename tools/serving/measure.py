@@ -40,6 +40,9 @@ class Config:
     compile: bool = False
     aot: bool = False
     device: str = "cpu"
+    # Loaded as a worker loads it (settings, serving profile, boot measurement): the served
+    # row. The variant then only names the step count; ``compile`` and ``aot`` are the worker's.
+    worker: bool = False
 
 
 @dataclass
@@ -74,16 +77,19 @@ def _serve(conn: Connection, config: Config, bucket: ShapeBucket, threads: int) 
     from workers.model.animator import Animator
 
     started = time.perf_counter()
-    animator = Animator(
-        config.model_dir,
-        config.variant,
-        compile=config.compile,
-        aot=config.aot,
-        max_buckets=1,
-        device=config.device,
-    )
-    if animator.compiled is not None:
-        animator.warm_up([bucket])
+    if config.worker:
+        animator = _worker_animator(config, bucket)
+    else:
+        animator = Animator(
+            config.model_dir,
+            config.variant,
+            compile=config.compile,
+            aot=config.aot,
+            max_buckets=1,
+            device=config.device,
+        )
+        if animator.compiled is not None:
+            animator.warm_up([bucket])
     params = JobParams(
         prompt=PROMPT,
         frames=bucket.frames,
@@ -108,6 +114,23 @@ def _serve(conn: Connection, config: Config, bucket: ShapeBucket, threads: int) 
         seconds = time.perf_counter() - started
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         conn.send({"seconds": seconds, "frames": frames, "peak_rss_mb": rss})
+
+
+def _worker_animator(config: Config, bucket: ShapeBucket) -> Any:
+    """The animator a worker would serve for ``config.model_dir`` on this host, warming up the
+    working size of ``bucket`` (a larger request runs there and is rendered up)."""
+    from workers.model.animator import load_animator
+    from workers.model.pipelines.render import working_size
+    from workers.settings import WorkerSettings
+
+    height, width = working_size(bucket.height, bucket.width)
+    env = {
+        **os.environ,
+        "ANIMFLEET_WORKER_MODEL_DIR": str(config.model_dir),
+        "ANIMFLEET_WORKER_SHAPE_BUCKETS": f"{bucket.frames}x{height}x{width}",
+        "ANIMFLEET_WORKER_DEVICE": config.device,
+    }
+    return load_animator(WorkerSettings.from_env(env))
 
 
 class Runner:

@@ -1,8 +1,10 @@
 """``animfleet model tune``: measure every serving configuration, keep the fastest correct one.
 
-For one model and device, each combination of precision (fp32, bf16), compilation (eager,
-compiled: the AOT packages when they match, else torch.compile), context de-dup and attention
-kernel (the last two only for U-Nets with attention) is timed on the worker's shape buckets by
+For one model and device, each candidate of
+:func:`workers.model.runtime.boot_tune.candidates` (the list a worker measures at boot:
+precision, fp32 and bf16 where the device has bf16 arithmetic; compilation, eager or compiled:
+the AOT packages when they match, else torch.compile; context de-dup and attention kernel, for
+U-Nets with attention) is timed on the worker's shape buckets by
 :mod:`tools.serving.measure`, interleaved. A combination whose frames fall below the PSNR floor
 against the fp32 eager, stock-attention reference on any bucket is rejected; the fastest of the
 rest (summed over buckets) is written to ``serving_profile.json`` for the device.
@@ -10,7 +12,6 @@ rest (summed over buckets) is written to ``serving_profile.json`` for the device
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 from collections.abc import Callable
@@ -20,14 +21,13 @@ from pathlib import Path
 import torch
 
 from tools.serving.measure import Config, Result, measure
+from workers.model.runtime.boot_tune import candidates
 from workers.model.runtime.loading import ShapeBucket, Variant
 from workers.model.runtime.profile import (
     PSNR_FLOOR_DB,
-    Attention,
     Choice,
     DeviceProfile,
     Measurement,
-    Precision,
     device_key,
     psnr,
     save_profile,
@@ -42,22 +42,11 @@ def has_attention(model_dir: Path) -> bool:
     return bool(index.get("unet", [None, None])[1] == "UNetSpatioTemporalConditionModel")
 
 
-def attention_kernels(device: str) -> list[Attention]:
-    return ["auto", "math", "flash"] if device == "cpu" else ["auto", "flash", "efficient", "cudnn"]
-
-
 def grid(model_dir: Path, device: str, compile: bool = True) -> list[Choice]:
-    """The combinations to measure; the first is the fp32 eager stock-attention reference."""
-    attention = has_attention(model_dir)
-    dedups = [False, True] if attention else [True]  # de-dup is a no-op without attention
-    kernels: list[Attention] = attention_kernels(device) if attention else ["auto"]
-    compiles = [False, True] if compile else [False]
-    precisions: list[Precision] = ["fp32", "bf16"]
-    choices = [
-        Choice(precision=p, compile=c, context_dedup=d, attention=k)
-        for c, p, d, k in itertools.product(compiles, precisions, dedups, kernels)
-    ]
-    return choices
+    """The combinations to measure on ``device``: the worker's boot candidates for its kind,
+    with stock attention and pinned kernels too for a U-Net with attention. The first is the
+    fp32 eager reference."""
+    return candidates(device_key(device), compile, attention=has_attention(model_dir))
 
 
 def base_variant(model_dir: Path, steps: int | None = None) -> Variant:

@@ -158,6 +158,10 @@ class Animator:
         model_dir = resolve_model(settings.model_dir)
         kind = settings.device_kind or device_key(settings.device)
         profiled, source = serving_choice(settings, model_dir, kind)
+        # Where the served choice came from, in a word (bench and logs print it).
+        origin = "profile entry" if profiled is not None else "fallback"
+        if not settings.profile:
+            origin = "profiles off"
 
         # A profile's compile means its AOT packages (compiling at boot takes minutes on a CPU)
         # unless the environment asks for torch.compile, or the choice was measured compiled
@@ -174,6 +178,7 @@ class Animator:
             entry = shared.read(model_dir, kind) if shared else None
             if entry is not None:
                 profiled, source = entry.chosen, f"measured by a peer of kind {kind} ({entry.note})"
+                origin = "read from the bucket"
                 jit = jit or entry.chosen.compile
             else:
                 budget, compiled = settings.boot_tune_s, settings.boot_tune_compile
@@ -183,14 +188,18 @@ class Animator:
                 source = f"no profile entry for {kind}: {found.entry.note}"
                 choice, source = with_overrides(settings, found.entry.chosen, source)
                 if choice == found.entry.chosen:  # serve the candidate already loaded
-                    found.chosen.info.update(serving=choice.label(), serving_source=source)
+                    found.chosen.info.update(
+                        serving=choice.label(),
+                        serving_source=source,
+                        serving_origin="measured at boot",
+                    )
                     return found.chosen
-                profiled = found.entry.chosen
+                profiled, origin = found.entry.chosen, "measured at boot"
         choice, source = with_overrides(settings, profiled or SAFE, source)
         animator = cls._build(settings, model_dir, choice, buckets, jit)
         if animator.compiled is not None:
             animator.warm_up(buckets)
-        animator.info.update(serving=choice.label(), serving_source=source)
+        animator.info.update(serving=choice.label(), serving_source=source, serving_origin=origin)
         return animator
 
     @classmethod

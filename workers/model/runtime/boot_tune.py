@@ -16,6 +16,7 @@ at least half the budget is left (compiling is the slow part of a boot).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import re
@@ -35,10 +36,11 @@ from storage import ObjectStore, StorageError
 from workers.model.runtime.loading import ShapeBucket
 from workers.model.runtime.profile import (
     PSNR_FLOOR_DB,
-    SAFE,
+    Attention,
     Choice,
     DeviceProfile,
     Measurement,
+    Precision,
     psnr,
     weights_hash,
 )
@@ -64,17 +66,33 @@ MAX_ROUNDS = 5  # timed videos per candidate at most; fewer when the budget runs
 MIN_ROUNDS = 2
 
 
-def candidates(kind: str, compiled: bool = True) -> list[Choice]:
-    """What to measure on ``kind``, the fp32 eager reference first (it is also the fallback).
+def attention_kernels(kind: str) -> list[Attention]:
+    """The scaled-dot-product kernels worth pinning on ``kind`` ("auto": torch's pick)."""
+    if kind.startswith("cuda:"):
+        return ["auto", "flash", "efficient", "cudnn"]
+    return ["auto", "math", "flash"]
+
+
+def candidates(kind: str, compiled: bool = True, attention: bool = False) -> list[Choice]:
+    """What to measure on ``kind``, the fp32 eager reference first (it is also the fallback):
+    the one list both the worker at boot and ``animfleet model tune`` measure.
 
     bf16 is tried only where the hardware has bf16 arithmetic (a GPU, a CPU whose key says
     ``+bf16``): on a CPU without it, bf16 ran the shipped student ~40x slower than fp32, so
-    one video would spend the whole budget. Compiled candidates come last (slowest to load)."""
-    bf16 = kind.startswith("cuda:") or "+bf16" in kind
-    eager = [SAFE] + ([Choice(precision="bf16")] if bf16 else [])
-    if not compiled:
-        return eager
-    return eager + [choice.model_copy(update={"compile": True}) for choice in eager]
+    one video would spend the whole budget. With ``attention`` (a U-Net with attention, for the
+    offline tuner) stock attention and each pinned kernel are measured too, and the reference
+    is stock attention; otherwise de-dup with torch's kernel (de-dup is exact). Compiled
+    candidates come last (slowest to load)."""
+    precisions: list[Precision] = ["fp32"]
+    if kind.startswith("cuda:") or "+bf16" in kind:
+        precisions.append("bf16")
+    dedups = [False, True] if attention else [True]
+    kernels: list[Attention] = attention_kernels(kind) if attention else ["auto"]
+    compiles = [False, True] if compiled else [False]
+    return [
+        Choice(precision=p, compile=c, context_dedup=d, attention=k)
+        for c, p, d, k in itertools.product(compiles, precisions, dedups, kernels)
+    ]
 
 
 def shared_key(model_dir: Path, kind: str) -> str:

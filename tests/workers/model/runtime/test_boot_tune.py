@@ -44,6 +44,18 @@ def test_candidates_follow_the_hardware() -> None:
     assert candidates("cpu:AVX512+bf16", compiled=False) == [SAFE, bf16]
 
 
+def test_the_tuner_measures_the_same_list_with_attention_variants() -> None:
+    # For a U-Net with attention the offline tuner also measures stock attention (the
+    # reference, first) and each pinned kernel; the precisions follow the hardware alike.
+    cpu = candidates("cpu:AVX2", attention=True)
+    assert cpu[0] == Choice(context_dedup=False)
+    assert len(cpu) == 2 * 3 * 2  # de-dup or not, 3 kernels, eager or compiled
+    assert {c.precision for c in cpu} == {"fp32"}
+    gpu = candidates("cuda:Some GPU", attention=True)
+    assert Choice(precision="bf16", compile=True, attention="cudnn") in gpu
+    assert all(c.attention != "cudnn" for c in cpu)
+
+
 def test_a_kind_nobody_profiled_is_measured_at_boot_and_shared(
     student: Path, tmp_path: Path
 ) -> None:
@@ -68,6 +80,7 @@ def test_a_kind_nobody_profiled_is_measured_at_boot_and_shared(
     # It serves what it measured, the loaded candidate itself, and says so.
     assert animator.variant.precision == entry.chosen.precision
     assert "measured at worker boot" in animator.info["serving_source"]
+    assert animator.info["serving_origin"] == "measured at boot"
     # Within its budget: measuring stops once it is spent; a load in progress (here each is
     # well under a second) finishes, so the boot may pass the budget by at most that.
     assert booted_s < budget + 10
@@ -75,6 +88,7 @@ def test_a_kind_nobody_profiled_is_measured_at_boot_and_shared(
     # A peer of the same kind reads the entry instead of measuring.
     peer = Animator.from_settings(settings, shared)
     assert f"measured by a peer of kind {FAKE_KIND}" in peer.info["serving_source"]
+    assert peer.info["serving_origin"] == "read from the bucket"
     assert peer.variant.precision == entry.chosen.precision
 
 
@@ -100,6 +114,7 @@ def test_an_entry_for_other_weights_or_kinds_is_not_taken(student: Path, tmp_pat
 def test_measuring_off_serves_the_safe_choice_and_says_why(student: Path) -> None:
     animator = Animator.from_settings(_settings(student, ANIMFLEET_WORKER_BOOT_TUNE_S="0"))
     assert animator.variant.precision == "fp32" and animator.compiled is None
+    assert animator.info["serving_origin"] == "fallback"
     assert (
         "no profile for device" in animator.info["serving_source"]
         or PROFILE_FILE in (animator.info["serving_source"])

@@ -71,6 +71,7 @@ def test_worker_serves_the_profile_and_the_environment_overrides_it(student: Pat
         animator.variant.precision == "bf16"
         and "profile for cpu" in animator.info["serving_source"]
     )
+    assert animator.info["serving_origin"] == "profile entry"
     override = WorkerSettings.from_env(
         {"ANIMFLEET_MODEL_DIR": str(student), "ANIMFLEET_WORKER_PRECISION": "fp32"}
     )
