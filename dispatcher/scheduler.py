@@ -78,8 +78,8 @@ class SchedulerSettings(EnvSettings):
     # jobs of the tenant whose turn it is, the one it holds warm; a job passed over
     # ``handoff_bypass_limit`` times is taken next (the bound on affinity's delay, in hand-offs).
     handoff: bool = True
-    handoff_window: int = Field(default=16, ge=1, le=256)
-    handoff_bypass_limit: int = Field(default=8, ge=0)
+    handoff_window: int = Field(default=HandoffSettings.window, ge=1, le=256)
+    handoff_bypass_limit: int = Field(default=HandoffSettings.bypass_limit, ge=0)
     # Fair-share weights, "tenant:weight,..." (a tenant not listed weighs 1); unset leaves the
     # weights stored in the region as they are.
     weights: dict[str, float] | None = None

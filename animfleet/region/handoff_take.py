@@ -5,7 +5,8 @@ out of a region's backlog while the region has room. The tenant comes from defic
 over the tenants' weights, as before. With the hand-off on, a job that can start now goes to
 an idle worker's direct queue (:mod:`animfleet.region.affinity`), and the job it gets is, among
 the first ``window`` jobs of that tenant, the one whose template and add-ons the worker holds
-most of (its tenant's head when it holds none). Affinity only reorders jobs within a tenant, so
+most of; when it holds none, the first that no worker holds (a job another worker holds warm
+is left for that worker), else the tenant's head. Affinity only reorders jobs within a tenant, so
 each tenant's share stays the round robin's; and each job counts the times a job behind it was
 taken first: once a job has been passed over ``bypass_limit`` times it is taken next, whatever
 the worker holds, so affinity delays no job by more than ``bypass_limit`` hand-offs of its
@@ -72,18 +73,21 @@ local function idle_worker()
   return nil
 end
 
+-- How many of job ``id``'s things ``worker`` holds; and whether any live worker holds one.
 local function held_by(worker, id)
-  local count = 0
+  local count, anyone = 0, false
   for _, index in ipairs(hints[id] or {}) do
     local lapse = redis.call('ZSCORE', KEYS[index], worker)
     if lapse and tonumber(lapse) > now then count = count + 1 end
+    anyone = anyone or redis.call('ZCOUNT', KEYS[index], now, '+inf') > 0
   end
-  return count
+  return count, anyone
 end
 
 -- The job of ``queue`` to take next: a job passed over ``limit`` times first, else (for a
--- worker) the one it holds most of among the first ``window``, else the head. Returns the
--- flat ZRANGE answer and the chosen job's position in it (1, 3, 5, ...).
+-- worker) the one it holds most of among the first ``window``, else the first that no worker
+-- holds (a job another worker holds is left for it), else the head. Returns the flat ZRANGE
+-- answer and the chosen job's position in it (1, 3, 5, ...).
 local function choose(queue, worker)
   if not worker or window <= 1 then
     return redis.call('ZRANGE', queue, 0, 0, 'WITHSCORES'), 1
@@ -92,11 +96,13 @@ local function choose(queue, worker)
   for i = 1, #jobs, 2 do
     if tonumber(redis.call('HGET', KEYS[12], jobs[i]) or '0') >= limit then return jobs, i end
   end
-  local best, most_held = 1, 0
+  local best, most_held, unheld = 1, 0, nil
   for i = 1, #jobs, 2 do
-    local count = held_by(worker, jobs[i])
+    local count, anyone = held_by(worker, jobs[i])
     if count > most_held then best, most_held = i, count end
+    if not anyone and not unheld then unheld = i end
   end
+  if most_held == 0 and unheld then best = unheld end
   return jobs, best
 end
 
@@ -196,8 +202,8 @@ class HandoffSettings:
     (1: no reordering), a job passed over ``bypass_limit`` times is taken next."""
 
     enabled: bool = True
-    window: int = 16
-    bypass_limit: int = 8
+    window: int = 32
+    bypass_limit: int = 16
 
     def __post_init__(self) -> None:
         if self.window < 1:

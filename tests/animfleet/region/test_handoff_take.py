@@ -129,3 +129,13 @@ def test_tenants_keep_their_weighted_share_whatever_the_worker_holds(
         served["a" if job in a else "b" if job in b else "?"] += 1
         run_next(redis_client, "w1")
     assert served == {"a": 20, "b": 10}
+
+
+def test_a_worker_holding_nothing_leaves_another_workers_warm_job_to_it(
+    redis_client: redis.Redis,
+) -> None:
+    ids = backlog_jobs(redis_client, "t", [0, 1])
+    worker(redis_client, "w1", holds=[])
+    worker(redis_client, "w2", holds=[0], busy=True)  # frees soon, and holds the head's image
+    taken = Handoff(redis_client, "h1", REGION.queue, 0.0).move_home()
+    assert (taken.jobs, taken.placed) == ([ids[1]], ["w1"])
