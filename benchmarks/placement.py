@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import itertools
 import os
 import random
 import statistics
@@ -36,6 +37,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import redis
@@ -50,7 +52,7 @@ from tools.localfleet import LocalFleet
 
 REGION = "pl"
 ARMS = ("fleet", "handoff")
-JOB = {"frames": 4, "width": 32, "height": 32, "fps": 8}
+JOB: dict[str, Any] = {"frames": 4, "width": 32, "height": 32, "fps": 8}
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,7 @@ def trace(
     rate = args.load * args.workers / warm_s
     popularity = [1 / (rank + 1) ** args.zipf for rank in range(args.images)]
     tenants, shares = list(weights), list(weights.values())
-    at, arrivals = 0.0, []
+    at, arrivals = 0.0, list[Arrival]()
     while True:
         at += rng.expovariate(rate)
         if at >= args.segment_s:
@@ -173,7 +175,7 @@ class Bench:
         gaps = []
         for worker in {r.worker for r in records}:
             starts = sorted(r.started_at or 0.0 for r in records if r.worker == worker)
-            gaps += [b - a for a, b in zip(starts[1:], starts[2:], strict=False)]
+            gaps += [b - a for a, b in itertools.pairwise(starts[1:])]  # the first ran cold
         return statistics.median(gaps)
 
     def shares(self, weights: dict[str, float]) -> tuple[dict[str, float], int]:
@@ -183,7 +185,9 @@ class Bench:
         rng = random.Random(7)
         popularity = [1 / (rank + 1) ** self.args.zipf for rank in range(len(images))]
         order = [t for _ in range(self.args.burst) for t in weights]
-        ids = [self.submit(images[rng.choices(range(len(images)), popularity)[0]], t) for t in order]
+        ids = [
+            self.submit(images[rng.choices(range(len(images)), popularity)[0]], t) for t in order
+        ]
         records = self.drain(ids)
         lost = len(ids) - sum(r.status is JobState.SUCCEEDED for r in records)
         started = sorted((r for r in records if r.started_at), key=lambda r: r.started_at or 0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ from tools.localfleet import LocalFleet
 
 pytestmark = pytest.mark.e2e
 REGION = "ho"
-JOB = {"frames": 4, "width": 32, "height": 32}
+JOB: dict[str, Any] = {"frames": 4, "width": 32, "height": 32}
 
 
 @pytest.fixture(scope="module")
