@@ -30,7 +30,7 @@ import redis
 from animfleet.job_inputs import JobInputs, MalformedInputs
 from animfleet.jobs import JobRecord
 from animfleet.region.affinity import Holdings, direct_queue_of, things_of
-from animfleet.region.keys import DIRECT_QUEUES, INPUT_KEY, JOB_KEY, WORKER_SET
+from animfleet.region.keys import BUSY_SET, DIRECT_QUEUES, INPUT_KEY, JOB_KEY, WORKER_SET
 
 # KEYS: workers, busy, queued, GPU queue, backlog-all, messages, ring, active, deficits,
 #       weights, moving, bypass counts, then the n candidate workers' direct queues, then the
@@ -241,13 +241,17 @@ class HandoffHints:
         name = self.region
         with self.redis.pipeline(transaction=False) as pipe:
             pipe.zrangebyscore(WORKER_SET + name, now, "+inf")
+            pipe.zrangebyscore(BUSY_SET + name, now, "+inf")
             pipe.smembers(DIRECT_QUEUES + name)
             pipe.lrange(self.ring_key, 0, most_tenants - 1)
-            live_raw, direct_raw, ring_raw = pipe.execute()
+            live_raw, busy_raw, direct_raw, ring_raw = pipe.execute()
         direct = {_text(w) for w in direct_raw}
         workers = sorted(w for w in map(_text, live_raw) if w in direct)
-        if not workers or not ring_raw:
-            return Hints()
+        queues = [direct_queue_of(self.queue, worker) for worker in workers]
+        busy = {_text(w) for w in busy_raw}
+        if not ring_raw or all(worker in busy for worker in workers):
+            # Nobody to hand a job to now (one freeing meanwhile still gets the head).
+            return Hints(workers, queues)
         with self.redis.pipeline(transaction=False) as pipe:
             for tenant in ring_raw:
                 pipe.zrange(self.tenant_key + _text(tenant), 0, window - 1)
@@ -263,7 +267,6 @@ class HandoffHints:
                     index_of[thing] = first + len(holder_keys)
                     holder_keys.append(self.holdings.key(thing))
             jobs[job] = [index_of[thing] for thing in self._things.get(job, [])]
-        queues = [direct_queue_of(self.queue, worker) for worker in workers]
         return Hints(workers, queues, holder_keys, jobs)
 
     def _remember(self, heads: Sequence[str]) -> None:

@@ -11,6 +11,7 @@ import redis
 
 from animfleet.jobs import JobParams, JobRecord
 from animfleet.region.affinity import DirectQueues, Holdings, things_of
+from animfleet.region.backlog import Backlog
 from animfleet.region.handoff import Handoff
 from animfleet.region.handoff_take import HandoffSettings
 from animfleet.region.jobstore import JobStore
@@ -139,3 +140,12 @@ def test_a_worker_holding_nothing_leaves_another_workers_warm_job_to_it(
     worker(redis_client, "w2", holds=[0], busy=True)  # frees soon, and holds the head's image
     taken = Handoff(redis_client, "h1", REGION.queue, 0.0).move_home()
     assert (taken.jobs, taken.placed) == ([ids[1]], ["w1"])
+
+
+def test_a_job_removed_from_the_backlog_drops_its_bypass_count(redis_client: redis.Redis) -> None:
+    ids = backlog_jobs(redis_client, "t", [0, 1])
+    worker(redis_client, "w1", holds=[1])
+    Handoff(redis_client, "h1", REGION.queue, 0.0).move_home()
+    assert redis_client.hexists("animfleet:backlog-bypass:h1", ids[0])
+    Backlog(redis_client, "h1").remove(ids[0], "t")  # canceled while waiting
+    assert not redis_client.hexists("animfleet:backlog-bypass:h1", ids[0])
