@@ -80,6 +80,9 @@ class SchedulerSettings(EnvSettings):
     handoff: bool = True
     handoff_window: int = Field(default=HandoffSettings.window, ge=1, le=256)
     handoff_bypass_limit: int = Field(default=HandoffSettings.bypass_limit, ge=0)
+    # A tenant may take up to this many jobs out of turn (held warm by a freed worker), paid
+    # back from its next turns.
+    handoff_borrow: int = Field(default=HandoffSettings.borrow, ge=0)
     # Fair-share weights, "tenant:weight,..." (a tenant not listed weighs 1); unset leaves the
     # weights stored in the region as they are.
     weights: dict[str, float] | None = None
@@ -130,7 +133,10 @@ class RegionScheduler:
             topology.region(region).queue,
             admission.allowance,
             HandoffSettings(
-                settings.handoff, settings.handoff_window, settings.handoff_bypass_limit
+                settings.handoff,
+                settings.handoff_window,
+                settings.handoff_bypass_limit,
+                settings.handoff_borrow,
             ),
         )
         self._checked_claims = 0.0

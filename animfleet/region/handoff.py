@@ -187,6 +187,7 @@ class Handoff:
             token,
             self.settings.window,
             self.settings.bypass_limit,
+            self.settings.borrow,
             len(hints.workers),
             *hints.workers,
             len(hints.jobs),

@@ -5,12 +5,14 @@ out of a region's backlog while the region has room. The tenant comes from defic
 over the tenants' weights, as before. With the hand-off on, a job that can start now goes to
 an idle worker's direct queue (:mod:`animfleet.region.affinity`), and the job it gets is, among
 the first ``window`` jobs of that tenant, the one whose template and add-ons the worker holds
-most of; when it holds none, the first that no worker holds (a job another worker holds warm
-is left for that worker), else the tenant's head. Affinity only reorders jobs within a tenant, so
-each tenant's share stays the round robin's; and each job counts the times a job behind it was
-taken first: once a job has been passed over ``bypass_limit`` times it is taken next, whatever
-the worker holds, so affinity delays no job by more than ``bypass_limit`` hand-offs of its
-tenant.
+most of; when it holds none, a job it holds from another tenant, taken out of turn and paid
+back from that tenant's next turns (a tenant is never more than ``borrow`` jobs ahead), else
+the first that no worker holds (a job another worker holds warm is left for that worker), else
+the tenant's head. Affinity reorders jobs within a tenant and borrows at most ``borrow`` turns
+across tenants, so each tenant's share stays the round robin's; and each job counts the times a
+job of its tenant behind it was taken first: once passed over ``bypass_limit`` times it is
+taken next, whatever the worker holds, so affinity delays no job by more than
+``bypass_limit`` hand-offs of its tenant.
 
 The script cannot hash an image, so the scheduler reads the jobs at the head of each tenant's
 queue beforehand (:class:`HandoffHints`) and passes, per job, the holder sets (``held-by``
@@ -37,18 +39,19 @@ from animfleet.region.keys import BUSY_SET, DIRECT_QUEUES, INPUT_KEY, JOB_KEY, W
 #       holder sets the hints name
 # ARGV: now, allowance, most jobs to take, tenant key prefix, record key prefix,
 #       mode ('home' | 'claim'), target region (claim), most entries to look at, claim token,
-#       window, bypass limit, n, the n workers, m, then m (job id, holder-set key indices
-#       joined by ',') pairs
+#       window, bypass limit, borrow, n, the n workers, m, then m (job id, holder-set key
+#       indices joined by ',') pairs
 TAKE = """
 local now, allowance, most = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local budget = tonumber(ARGV[8])
-local window, limit, n = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
+local window, limit, borrow = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
+local n = tonumber(ARGV[13])
 local taken, skipped, overdue, placed = {}, {}, {}, {}
 local hints = {}
-for j = 1, tonumber(ARGV[13 + n]) do
+for j = 1, tonumber(ARGV[14 + n]) do
   local sets = {}
-  for index in string.gmatch(ARGV[13 + n + 2 * j], '%d+') do table.insert(sets, tonumber(index)) end
-  hints[ARGV[12 + n + 2 * j]] = sets
+  for index in string.gmatch(ARGV[14 + n + 2 * j], '%d+') do table.insert(sets, tonumber(index)) end
+  hints[ARGV[13 + n + 2 * j]] = sets
 end
 
 local function room()
@@ -62,7 +65,7 @@ end
 local function idle_worker()
   if ARGV[6] ~= 'home' then return nil end
   for c = 1, n do
-    local worker = ARGV[12 + c]
+    local worker = ARGV[13 + c]
     local lapse = redis.call('ZSCORE', KEYS[1], worker)
     local busy = redis.call('ZSCORE', KEYS[2], worker)
     if lapse and tonumber(lapse) > now and not (busy and tonumber(busy) > now)
@@ -90,11 +93,13 @@ end
 -- answer and the chosen job's position in it (1, 3, 5, ...).
 local function choose(queue, worker)
   if not worker or window <= 1 then
-    return redis.call('ZRANGE', queue, 0, 0, 'WITHSCORES'), 1
+    return redis.call('ZRANGE', queue, 0, 0, 'WITHSCORES'), 1, 0, false
   end
   local jobs = redis.call('ZRANGE', queue, 0, window - 1, 'WITHSCORES')
   for i = 1, #jobs, 2 do
-    if tonumber(redis.call('HGET', KEYS[12], jobs[i]) or '0') >= limit then return jobs, i end
+    if tonumber(redis.call('HGET', KEYS[12], jobs[i]) or '0') >= limit then
+      return jobs, i, 0, true
+    end
   end
   local best, most_held, unheld = 1, 0, nil
   for i = 1, #jobs, 2 do
@@ -103,7 +108,7 @@ local function choose(queue, worker)
     if not anyone and not unheld then unheld = i end
   end
   if most_held == 0 and unheld then best = unheld end
-  return jobs, best
+  return jobs, best, most_held, false
 end
 
 local function drop(tenant)
@@ -116,6 +121,66 @@ local function rotate()
   redis.call('RPUSH', KEYS[7], redis.call('LPOP', KEYS[7]))
 end
 
+-- Take job ``at`` of ``jobs`` (its tenant's ``queue``) out of the backlog. A live one counts a
+-- bypass on each job ahead of it and is returned (id, message, created); one ended, vanished
+-- or overdue is dropped and noted, and nil returned.
+local function take(queue, jobs, at)
+  local id = jobs[at]
+  redis.call('ZREM', queue, id)
+  redis.call('HDEL', KEYS[12], id)
+  local created = redis.call('ZSCORE', KEYS[5], id)
+  redis.call('ZREM', KEYS[5], id)
+  local message = redis.call('HGET', KEYS[6], id)
+  redis.call('HDEL', KEYS[6], id)
+  local raw = redis.call('GET', ARGV[5] .. id)
+  if not (raw and message) then
+    table.insert(skipped, id)
+    return nil
+  end
+  local record = cjson.decode(raw)
+  if record.status ~= 'queued' then
+    table.insert(skipped, id)
+    return nil
+  end
+  local deadline = nil
+  for _, name in ipairs({'start_deadline', 'deadline'}) do
+    local t = record[name]
+    if type(t) == 'number' and (deadline == nil or t < deadline) then deadline = t end
+  end
+  if deadline ~= nil and now >= deadline then
+    table.insert(overdue, id)
+    return nil
+  end
+  for i = 1, at - 2, 2 do redis.call('HINCRBY', KEYS[12], jobs[i], 1) end
+  return id, message, created
+end
+
+-- A job ``worker`` holds from a tenant other than the one whose turn it is, paid for from
+-- that tenant's next turns: its deficit may go down to -borrow, so its share over time stays
+-- its weight's and it is ahead by at most ``borrow`` jobs at any moment.
+local function borrowed(worker)
+  for _, other in ipairs(redis.call('LRANGE', KEYS[7], 1, 7)) do
+    local owed = tonumber(redis.call('HGET', KEYS[9], other) or '0')
+    if owed - 1 >= -borrow then
+      local queue = ARGV[4] .. other
+      local jobs, at, held, forced = choose(queue, worker)
+      if held > 0 and not forced then
+        local id, message, created = take(queue, jobs, at)
+        if id then
+          redis.call('HSET', KEYS[9], other, owed - 1)
+          if redis.call('ZCARD', queue) == 0 then
+            redis.call('LREM', KEYS[7], 1, other)
+            redis.call('SREM', KEYS[8], other)
+            redis.call('HDEL', KEYS[9], other)
+          end
+          return {id, message, jobs[at + 1], other, created}
+        end
+      end
+    end
+  end
+  return nil
+end
+
 -- Deficit round robin: a tenant's turn adds its weight to its deficit; each job costs 1.
 local function pick(worker)
   while budget > 0 do
@@ -123,7 +188,7 @@ local function pick(worker)
     local tenant = redis.call('LINDEX', KEYS[7], 0)
     if not tenant then return nil end
     local queue = ARGV[4] .. tenant
-    local jobs, at = choose(queue, worker)
+    local jobs, at, held, forced = choose(queue, worker)
     if #jobs == 0 then
       drop(tenant)
     else
@@ -135,36 +200,10 @@ local function pick(worker)
       if deficit < 1 then
         rotate()
       else
-        local id = jobs[at]
-        redis.call('ZREM', queue, id)
-        redis.call('HDEL', KEYS[12], id)
-        local created = redis.call('ZSCORE', KEYS[5], id)
-        redis.call('ZREM', KEYS[5], id)
-        local message = redis.call('HGET', KEYS[6], id)
-        redis.call('HDEL', KEYS[6], id)
-        local raw = redis.call('GET', ARGV[5] .. id)
-        local live = false
-        if raw and message then
-          local record = cjson.decode(raw)
-          if record.status == 'queued' then
-            local deadline = nil
-            for _, name in ipairs({'start_deadline', 'deadline'}) do
-              local t = record[name]
-              if type(t) == 'number' and (deadline == nil or t < deadline) then deadline = t end
-            end
-            if deadline ~= nil and now >= deadline then
-              table.insert(overdue, id)
-            else
-              live = true
-            end
-          else
-            table.insert(skipped, id)
-          end
-        else
-          table.insert(skipped, id)
-        end
-        if live then
-          for i = 1, at - 2, 2 do redis.call('HINCRBY', KEYS[12], jobs[i], 1) end
+        local other = worker and held == 0 and not forced and borrowed(worker)
+        if other then return other end
+        local id, message, created = take(queue, jobs, at)
+        if id then
           deficit = deficit - 1
           redis.call('HSET', KEYS[9], tenant, deficit)
           if redis.call('ZCARD', queue) == 0 then drop(tenant)
@@ -179,7 +218,7 @@ end
 
 while #taken < most and room() > 0 do
   local c = idle_worker()
-  local job = pick(c and ARGV[12 + c] or nil)
+  local job = pick(c and ARGV[13 + c] or nil)
   if not job then break end
   if ARGV[6] == 'claim' then
     redis.call('HSET', KEYS[11], job[1], cjson.encode({
@@ -188,7 +227,7 @@ while #taken < most and room() > 0 do
   else
     redis.call('LPUSH', c and KEYS[12 + c] or KEYS[4], job[2])
     redis.call('ZADD', KEYS[3], now, job[1])
-    table.insert(placed, c and ARGV[12 + c] or '')
+    table.insert(placed, c and ARGV[13 + c] or '')
   end
   table.insert(taken, job[1])
 end
@@ -199,17 +238,21 @@ return {taken, skipped, overdue, redis.call('ZCARD', KEYS[5]), placed}
 @dataclass(frozen=True)
 class HandoffSettings:
     """The hand-off when saturated: ``window`` head jobs of a tenant looked at per hand-off
-    (1: no reordering), a job passed over ``bypass_limit`` times is taken next."""
+    (1: no reordering), a job passed over ``bypass_limit`` times is taken next, a tenant may
+    be ahead of its share by ``borrow`` jobs taken out of turn (0: never out of turn)."""
 
     enabled: bool = True
     window: int = 32
     bypass_limit: int = 16
+    borrow: int = 1
 
     def __post_init__(self) -> None:
         if self.window < 1:
             raise ValueError(f"handoff window must be >= 1, got {self.window}")
         if self.bypass_limit < 0:
             raise ValueError(f"handoff bypass_limit must be >= 0, got {self.bypass_limit}")
+        if self.borrow < 0:
+            raise ValueError(f"handoff borrow must be >= 0, got {self.borrow}")
 
 
 @dataclass(frozen=True)

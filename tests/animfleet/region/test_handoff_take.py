@@ -20,7 +20,7 @@ from animfleet.topology import Region
 from dispatcher.enqueue import RegionQueue
 
 PARAMS = JobParams(prompt="sway", frames=4, fps=8, width=32, height=32, seed=1)
-REGION = Region(name="h1", broker_url="redis://127.0.0.1:6379/15")  # the URL is never dialled
+REGION = Region(name="h1", broker_url="redis://unused/0")  # names the queues only
 
 
 def image(index: int) -> bytes:
@@ -31,7 +31,9 @@ def backlog_jobs(
     client: redis.Redis, tenant: str, images: list[int], weights: dict[str, float] | None = None
 ) -> list[str]:
     """Jobs of ``tenant`` waiting in the backlog, oldest first, the n-th using ``images[n]``."""
-    q = RegionQueue(REGION, JobStore(client), 0.0, affinity=False)
+    port = client.connection_pool.connection_kwargs["port"]  # the test's own Redis
+    region = REGION.model_copy(update={"broker_url": f"redis://127.0.0.1:{port}/15"})
+    q = RegionQueue(region, JobStore(client), 0.0, affinity=False)
     now = time.time()
     ids = []
     for order, index in enumerate(images):
@@ -116,20 +118,24 @@ def test_affinity_never_moves_a_job_past_its_window(redis_client: redis.Redis) -
     assert handoff.move_home().jobs == [ids[0]]  # image 5 is 4th: outside a window of 3
 
 
+@pytest.mark.parametrize("borrow", [0, 1, 2])
 def test_tenants_keep_their_weighted_share_whatever_the_worker_holds(
-    redis_client: redis.Redis,
+    redis_client: redis.Redis, borrow: int
 ) -> None:
     # Tenant a's jobs are all cold, tenant b's all warm: affinity alone would serve only b.
     a = backlog_jobs(redis_client, "a", [100 + n for n in range(40)])
     b = backlog_jobs(redis_client, "b", [1] * 40, weights={"a": 2.0, "b": 1.0})
     worker(redis_client, "w1", holds=[1])
-    handoff = Handoff(redis_client, "h1", REGION.queue, 0.0, HandoffSettings(bypass_limit=4))
+    settings = HandoffSettings(bypass_limit=4, borrow=borrow)
+    handoff = Handoff(redis_client, "h1", REGION.queue, 0.0, settings)
     served: Counter[str] = Counter()
-    for _ in range(30):
+    for turn in range(1, 31):
         (job,) = handoff.move_home().jobs
         served["a" if job in a else "b" if job in b else "?"] += 1
         run_next(redis_client, "w1")
-    assert served == {"a": 20, "b": 10}
+        # b takes warm jobs out of turn, never more than ``borrow`` ahead of its share.
+        assert 0 <= served["b"] - turn // 3 <= borrow + 1, (turn, served)
+    assert served["a"] + served["b"] == 30 and abs(served["b"] - 10) <= borrow
 
 
 def test_a_worker_holding_nothing_leaves_another_workers_warm_job_to_it(
