@@ -5,7 +5,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
 .PHONY: venv lock docs browser test-sdk test-sdk-ts generate-sdk-ts generate-sdk-sync fuzz-api demo test test-unit test-e2e test-faults loadtest lint typecheck clean bench \
-	bench-model bench-overhead bench-gateway bench-dispatch simulate sim-templates bench-scale \
+	bench-model bench-overhead bench-gateway bench-dispatch simulate sim-templates bench-placement \
+	bench-scale \
 	tune-model compile-model bench-boot bench-versions eval-served
 
 TORCH := torch==2.13.0
@@ -122,6 +123,11 @@ simulate: venv
 # balancing vs the fleet's idle-holder rule; table and out/sim-templates/templates.png.
 sim-templates: venv
 	$(PY) -m tools.sim.templates --out out/sim-templates
+
+# The same on a real local fleet (Redis, Celery workers with the stand-in's template cache):
+# the scheduler's hand-off when saturated against without it, interleaved rounds, PASS/FAIL.
+bench-placement: venv
+	$(PY) -m benchmarks.placement
 
 # One simulated day of 100 million requests over 20 regions.
 bench-scale: venv

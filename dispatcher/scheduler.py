@@ -2,11 +2,13 @@
 
 Each pass over a region, under that region's lease (so two copies never both move its jobs):
 jobs go onto the region's own GPU queue while it has room (one atomic script per batch, fair
-share by deficit round robin, :mod:`animfleet.region.handoff`); when it has none, jobs spill to
-the regions the routing table sends this region's traffic to, then its fallback ring, each only
-while that region has room and no backlog of its own. Passes run every ``poll_s`` (100 ms), so
-a freed GPU gets its next job within about that. Everything lives in Redis: a scheduler that
-dies loses nothing, and the next lease holder finishes or returns its half-done spills.
+share by deficit round robin, :mod:`animfleet.region.handoff`), each idle worker getting a job
+whose template or add-ons it holds warm when its tenant's next jobs have one; when it has
+none, jobs spill to the regions the routing table sends this region's traffic to, then its
+fallback ring, each only while that region has room and no backlog of its own. Passes run
+every ``poll_s`` (100 ms), so a freed GPU gets its next job within about that. Everything
+lives in Redis: a scheduler that dies loses nothing, and the next lease holder finishes or
+returns its half-done spills.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from animfleet.region.admission import AdmissionOutcome, admission_limit
 from animfleet.region.backlog import Backlog
 from animfleet.region.catalog import ModelCatalog
 from animfleet.region.handoff import Handoff
+from animfleet.region.handoff_take import HandoffSettings
 from animfleet.region.joblogs import keep_job_logs_of
 from animfleet.region.jobstore import (
     IdempotencyConflict,
@@ -74,6 +77,15 @@ class SchedulerSettings(EnvSettings):
     batch: int = Field(default=100, ge=1)  # most jobs moved per script call
     spill: bool = True  # move backlog jobs to other regions with room
     claim_timeout_s: float = Field(default=30.0, gt=0)  # a spill older than this was abandoned
+    # The hand-off when saturated: an idle worker gets, among the first ``handoff_window``
+    # jobs of the tenant whose turn it is, the one it holds warm; a job passed over
+    # ``handoff_bypass_limit`` times is taken next (the bound on affinity's delay, in hand-offs).
+    handoff: bool = True
+    handoff_window: int = Field(default=HandoffSettings.window, ge=1, le=256)
+    handoff_bypass_limit: int = Field(default=HandoffSettings.bypass_limit, ge=0)
+    # A tenant may take up to this many jobs out of turn (held warm by a freed worker), paid
+    # back from its next turns.
+    handoff_borrow: int = Field(default=HandoffSettings.borrow, ge=0)
     # Fair-share weights, "tenant:weight,..." (a tenant not listed weighs 1); unset leaves the
     # weights stored in the region as they are.
     weights: dict[str, float] | None = None
@@ -119,7 +131,16 @@ class RegionScheduler:
         self._stores: dict[str, JobStore] = {}
         self._queues: dict[str, RegionQueue] = {}
         self.handoff = Handoff(
-            self.store(region).redis, region, topology.region(region).queue, admission.allowance
+            self.store(region).redis,
+            region,
+            topology.region(region).queue,
+            admission.allowance,
+            HandoffSettings(
+                settings.handoff,
+                settings.handoff_window,
+                settings.handoff_bypass_limit,
+                settings.handoff_borrow,
+            ),
         )
         self._checked_claims = 0.0
 

@@ -63,6 +63,7 @@ class Heartbeat:
         self.interval_s, self.ttl_s = interval_s, ttl_s
         self.members = slot_names(worker, slots)
         self.slots = [SlotState() for _ in self.members]
+        self._claimed: list[set[str]] = [set() for _ in self.members]  # per slot, last beat's
         self.job_id: str | None = None  # slot 0's: the job of a one-slot worker
         self._lock = threading.Lock()  # task threads of a batch worker mark their own slots
         self._stop = threading.Event()
@@ -116,7 +117,13 @@ class Heartbeat:
         if self.direct is not None:  # re-registered each beat: a sweep may have dropped it
             self.direct.register(member)
         if self.holdings is not None:
-            self.claims.publish(member, self.holdings(), self.ttl_s)
+            held = set(self.holdings())
+            # An evicted thing stops being claimed now, not when its claim lapses: placement
+            # would otherwise send jobs to a worker that must load it again.
+            if gone := self._claimed[slot] - held:
+                self.claims.withdraw(member, gone)
+            self.claims.publish(member, held, self.ttl_s)
+            self._claimed[slot] = held
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):

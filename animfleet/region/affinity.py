@@ -55,7 +55,12 @@ def things_of(image_sha256: str | None, addons: Sequence[AddonUse] = ()) -> list
 
 def direct_queue(region: Region, worker: str) -> str:
     """The Celery queue only ``worker`` consumes."""
-    return f"{region.queue}.w.{worker}"
+    return direct_queue_of(region.queue, worker)
+
+
+def direct_queue_of(shared_queue: str, worker: str) -> str:
+    """The direct queue of ``worker`` in the region whose shared queue is ``shared_queue``."""
+    return f"{shared_queue}.w.{worker}"
 
 
 class Holdings:

@@ -21,6 +21,7 @@ from animfleet.jobs import MAX_PRIORITY
 from animfleet.region.keys import (
     BACKLOG_ACTIVE,
     BACKLOG_ALL,
+    BACKLOG_BYPASS,
     BACKLOG_MESSAGE,
     BACKLOG_RING,
     BACKLOG_TENANT,
@@ -70,6 +71,7 @@ class Backlog:
             pipe.zrem(self.tenant_key(tenant), job_id)
             pipe.zrem(self.all_key, job_id)
             pipe.hdel(self.message_key, job_id)
+            pipe.hdel(BACKLOG_BYPASS + self.region, job_id)
             return
         with self.redis.pipeline(transaction=True) as own:
             self.remove(job_id, tenant, own)

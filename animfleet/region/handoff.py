@@ -1,11 +1,13 @@
 """Jobs leaving a region's backlog: onto its own GPU queue, or claimed for another region.
 
-A move home is one script (:meth:`Handoff.move_home`): while the region has room under the
-admission rule, pick the next job by deficit round robin over tenants, take it out of the
-backlog and push its stored Celery message onto the GPU queue and the job into the queued set,
-so a job is never in both places or neither. The record is checked as it is popped: a job
-canceled, expired or past its start deadline is dropped from the backlog instead (the overdue
-ones are returned so the caller ends them ``expired``).
+A move home is one script (:meth:`Handoff.move_home`, :mod:`.handoff_take`): while the region
+has room under the admission rule, pick the next job by deficit round robin over tenants, take
+it out of the backlog and push its stored Celery message onto the GPU queue (with the hand-off
+on, onto the direct queue of an idle worker, choosing among the tenant's first jobs the one it
+holds warm) and the job into the queued set, so a job is never in both places or neither. The
+record is checked as it is popped: a job canceled, expired or past its start deadline is
+dropped from the backlog instead (the overdue ones are returned so the caller ends them
+``expired``).
 
 A spill to another region cannot be one script (two Redis servers), so it is three steps, each
 atomic and each safe to repeat: :meth:`claim` moves jobs from the backlog to a "moving" hash,
@@ -28,9 +30,10 @@ from dataclasses import dataclass, field
 
 import redis
 
-from animfleet.region.admission import LUA_ADMISSION_LIMIT
 from animfleet.region.backlog import Backlog
+from animfleet.region.handoff_take import TAKE, HandoffHints, HandoffSettings, Hints
 from animfleet.region.keys import (
+    BACKLOG_BYPASS,
     BACKLOG_DEFICIT,
     BACKLOG_MOVING,
     BUSY_SET,
@@ -41,110 +44,6 @@ from animfleet.region.keys import (
     SCHEDULER_LEASE,
     START_BY_SET,
     WORKER_SET,
-)
-
-# KEYS: workers, busy, queued, GPU queue, backlog-all, messages, ring, active, deficits,
-#       weights, moving
-# ARGV: now, allowance, most jobs to take, tenant key prefix, record key prefix,
-#       mode ('home' | 'claim'), target region (claim), most entries to look at, claim token
-_TAKE = (
-    LUA_ADMISSION_LIMIT
-    + """
-local now, allowance, most = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local budget = tonumber(ARGV[8])
-local taken, skipped, overdue = {}, {}, {}
-
-local function room()
-  if ARGV[6] == 'claim' then return most - #taken end
-  local live = redis.call('ZCOUNT', KEYS[1], now, '+inf')
-  local held = redis.call('ZCOUNT', KEYS[2], now, '+inf') + redis.call('ZCARD', KEYS[3])
-  return admission_limit(live, allowance) - held
-end
-
-local function drop(tenant)
-  redis.call('LPOP', KEYS[7])
-  redis.call('SREM', KEYS[8], tenant)
-  redis.call('HDEL', KEYS[9], tenant)
-end
-
-local function rotate()
-  redis.call('RPUSH', KEYS[7], redis.call('LPOP', KEYS[7]))
-end
-
--- Deficit round robin: a tenant's turn adds its weight to its deficit; each job costs 1.
-local function pick()
-  while budget > 0 do
-    budget = budget - 1
-    local tenant = redis.call('LINDEX', KEYS[7], 0)
-    if not tenant then return nil end
-    local queue = ARGV[4] .. tenant
-    local head = redis.call('ZRANGE', queue, 0, 0, 'WITHSCORES')
-    if #head == 0 then
-      drop(tenant)
-    else
-      local deficit = tonumber(redis.call('HGET', KEYS[9], tenant) or '0')
-      if deficit < 1 then
-        deficit = deficit + tonumber(redis.call('HGET', KEYS[10], tenant) or '1')
-        redis.call('HSET', KEYS[9], tenant, deficit)
-      end
-      if deficit < 1 then
-        rotate()
-      else
-        local id = head[1]
-        redis.call('ZREM', queue, id)
-        local created = redis.call('ZSCORE', KEYS[5], id)
-        redis.call('ZREM', KEYS[5], id)
-        local message = redis.call('HGET', KEYS[6], id)
-        redis.call('HDEL', KEYS[6], id)
-        local raw = redis.call('GET', ARGV[5] .. id)
-        local live = false
-        if raw and message then
-          local record = cjson.decode(raw)
-          if record.status == 'queued' then
-            local limit = nil
-            for _, name in ipairs({'start_deadline', 'deadline'}) do
-              local t = record[name]
-              if type(t) == 'number' and (limit == nil or t < limit) then limit = t end
-            end
-            if limit ~= nil and now >= limit then
-              table.insert(overdue, id)
-            else
-              live = true
-            end
-          else
-            table.insert(skipped, id)
-          end
-        else
-          table.insert(skipped, id)
-        end
-        if live then
-          deficit = deficit - 1
-          redis.call('HSET', KEYS[9], tenant, deficit)
-          if redis.call('ZCARD', queue) == 0 then drop(tenant)
-          elseif deficit < 1 then rotate() end
-          return {id, message, head[2], tenant, created}
-        end
-      end
-    end
-  end
-  return nil
-end
-
-while #taken < most and room() > 0 do
-  local job = pick()
-  if not job then break end
-  if ARGV[6] == 'claim' then
-    redis.call('HSET', KEYS[11], job[1], cjson.encode({
-      target = ARGV[7], at = ARGV[1], message = job[2], order = job[3], tenant = job[4],
-      created = job[5], token = ARGV[9]}))
-  else
-    redis.call('LPUSH', KEYS[4], job[2])
-    redis.call('ZADD', KEYS[3], now, job[1])
-  end
-  table.insert(taken, job[1])
-end
-return {taken, skipped, overdue, redis.call('ZCARD', KEYS[5])}
-"""
 )
 
 # KEYS: moving, tenant backlog, backlog-all, messages, ring, active, deficits
@@ -209,6 +108,7 @@ class Taken:
     overdue: list[str] = field(default_factory=list)
     remaining: int = 0
     token: str = ""
+    placed: list[str] = field(default_factory=list)  # per job: the worker handed it, or ""
 
 
 @dataclass(frozen=True)
@@ -227,20 +127,38 @@ def _text(items: list[bytes]) -> list[str]:
 class Handoff:
     """Moves jobs out of one region's backlog."""
 
-    def __init__(self, client: redis.Redis, region: str, queue: str, allowance: float) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        region: str,
+        queue: str,
+        allowance: float,
+        handoff: HandoffSettings | None = None,
+    ) -> None:
         self.redis, self.region, self.queue, self.allowance = client, region, queue, allowance
+        self.settings = handoff or HandoffSettings()
         self.backlog = Backlog(client, region)
         self.moving_key = BACKLOG_MOVING + region
         self.deficit_key = BACKLOG_DEFICIT + region
-        self._take = client.register_script(_TAKE)
+        self.bypass_key = BACKLOG_BYPASS + region
+        self.hints = HandoffHints(
+            client, region, queue, self.backlog.tenant_key(""), self.backlog.ring_key
+        )
+        self._take = client.register_script(TAKE)
         self._give_back = client.register_script(_GIVE_BACK)
         self._forward = client.register_script(_FORWARD)
         self._renew = client.register_script(_RENEW)
 
     def _run_take(
-        self, mode: str, most: int, target: str = "", budget: int = 1000, token: str = ""
+        self,
+        mode: str,
+        most: int,
+        target: str = "",
+        budget: int = 1000,
+        token: str = "",
+        hints: Hints | None = None,
     ) -> Taken:
-        b = self.backlog
+        b, hints = self.backlog, hints or Hints()
         keys = [
             WORKER_SET + self.region,
             BUSY_SET + self.region,
@@ -253,6 +171,9 @@ class Handoff:
             self.deficit_key,
             b.weights_key,
             self.moving_key,
+            self.bypass_key,
+            *hints.queues,
+            *hints.holder_keys,
         ]
         args: list[str | int] = [
             repr(time.time()),
@@ -264,13 +185,25 @@ class Handoff:
             target,
             budget,
             token,
+            self.settings.window,
+            self.settings.bypass_limit,
+            self.settings.borrow,
+            len(hints.workers),
+            *hints.workers,
+            len(hints.jobs),
+            *(part for job, sets in hints.jobs.items() for part in (job, ",".join(map(str, sets)))),
         ]
-        jobs, skipped, overdue, remaining = self._take(keys=keys, args=args)
-        return Taken(_text(jobs), _text(skipped), _text(overdue), int(remaining), token)
+        jobs, skipped, overdue, remaining, placed = self._take(keys=keys, args=args)
+        return Taken(
+            _text(jobs), _text(skipped), _text(overdue), int(remaining), token, _text(placed)
+        )
 
     def move_home(self, most: int = 100) -> Taken:
-        """Move up to ``most`` jobs onto this region's GPU queue while it has room."""
-        return self._run_take("home", most)
+        """Move up to ``most`` jobs onto this region's GPU queue while it has room; with the
+        hand-off on, each idle worker first gets the job it holds warm (see
+        :mod:`.handoff_take`)."""
+        hints = self.hints.read(self.settings.window) if self.settings.enabled else None
+        return self._run_take("home", most, hints=hints)
 
     def claim(self, target: str, most: int) -> Taken:
         """Take up to ``most`` jobs out of the backlog, marked as moving to ``target`` under a

@@ -45,7 +45,8 @@ WAITING_SET = KEY_PREFIX + "waiting:"  # + region -> zset of its jobs waiting at
 # The durable backlog ahead of a region's GPU queue, owned by :mod:`.backlog` (and moved out of
 # by :mod:`.handoff`): per tenant a zset of job ids by priority then submission time; the
 # tenants' round-robin ring and its member set; their deficits and weights; every backlog job
-# (by submission time) with its Celery message; jobs half-way to another region; a lease.
+# (by submission time) with its Celery message; how often the hand-off passed a job over;
+# jobs half-way to another region; a lease.
 BACKLOG_TENANT = KEY_PREFIX + "backlog:"  # + region + ":" + tenant -> zset job id -> order
 BACKLOG_ALL = KEY_PREFIX + "backlog-all:"  # + region -> zset job id -> created at
 BACKLOG_MESSAGE = KEY_PREFIX + "backlog-msg:"  # + region -> hash job id -> Celery message
@@ -53,6 +54,7 @@ BACKLOG_RING = KEY_PREFIX + "backlog-ring:"  # + region -> list of tenants with 
 BACKLOG_ACTIVE = KEY_PREFIX + "backlog-active:"  # + region -> set: the ring's members
 BACKLOG_DEFICIT = KEY_PREFIX + "backlog-deficit:"  # + region -> hash tenant -> DRR deficit
 BACKLOG_WEIGHTS = KEY_PREFIX + "backlog-weights:"  # + region -> hash tenant -> share weight
+BACKLOG_BYPASS = KEY_PREFIX + "backlog-bypass:"  # + region -> hash job id -> times passed over
 BACKLOG_MOVING = KEY_PREFIX + "backlog-moving:"  # + region -> hash job id -> JSON spill claim
 SCHEDULER_LEASE = KEY_PREFIX + "scheduler-lease:"  # + region -> the scheduler moving its jobs
 

@@ -121,3 +121,19 @@ def test_each_slot_claims_the_workers_holdings_and_has_its_own_direct_queue(
     beat.beat()
     assert not WorkerRegistry(redis_client, "hb").live()
     beat.stop()
+
+
+def test_a_thing_evicted_stops_being_claimed_with_the_next_beat(
+    redis_client: redis.Redis,
+) -> None:
+    held = ["template:a", "template:b"]
+    beat = Heartbeat(
+        redis_client, "hb", "gpu-a", "v1", interval_s=60, ttl_s=30, holdings=lambda: list(held)
+    )
+    beat.beat()
+    assert Holdings(redis_client, "hb").holders(held) == {"gpu-a": 2}
+    held.remove("template:a")  # evicted: the claim goes now, not when its TTL lapses
+    beat.beat()
+    assert Holdings(redis_client, "hb").holders(["template:a", "template:b"]) == {"gpu-a": 1}
+    assert Holdings(redis_client, "hb").candidates(["template:a"]) == []
+    beat.stop()
