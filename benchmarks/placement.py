@@ -42,12 +42,12 @@ from typing import Any
 import numpy as np
 import redis
 from PIL import Image
-from tools.localfleet import LocalFleet
 
 from animfleet import logs
 from animfleet.jobs import JobRecord, JobState
 from animfleet.region.keys import JOB_KEY, SCHEDULER_LEASE
 from dispatcher.client import Client
+from launcher.local_fleet import LocalFleet
 from tests.fixtures.standin import ANIMATOR as STANDIN
 
 REGION = "pl"

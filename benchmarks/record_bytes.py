@@ -29,7 +29,7 @@ from animfleet.netguard import NetGuard
 from dispatcher import Client
 
 try:  # the layout before tools/ existed, to measure an older commit the same way
-    from animfleet.localfleet import LocalFleet
+    from launcher.local_fleet import LocalFleet
 except ImportError:
     from launcher.local_fleet import LocalFleet
 

@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 import pytest
 from PIL import Image
-from tools.localfleet import LocalFleet
 
 from animfleet.jobs import JobRecord, JobState
 from dispatcher import Client
+from launcher.local_fleet import LocalFleet
 from tests.fixtures.standin import ANIMATOR as STANDIN
 
 pytestmark = pytest.mark.e2e

@@ -8,16 +8,16 @@ from collections import Counter
 
 import pytest
 import redis
-from dispatcher.enqueue import RegionQueue
 
 from animfleet.jobs import JobParams, JobRecord
-from animfleet.region.affinity import DirectQueues, Holdings, things_of
+from animfleet.region.affinity import DirectQueues, Holdings, image_digest, things_of
 from animfleet.region.backlog import Backlog
 from animfleet.region.handoff import Handoff
 from animfleet.region.handoff_take import HandoffSettings
 from animfleet.region.jobstore import JobStore
 from animfleet.region.workers import WorkerRegistry
 from animfleet.topology import Region
+from dispatcher.admission import RegionQueue
 
 PARAMS = JobParams(prompt="sway", frames=4, fps=8, width=32, height=32, seed=1)
 REGION = Region(name="h1", broker_url="redis://unused/0")  # names the queues only
@@ -38,21 +38,22 @@ def backlog_jobs(
     ids = []
     for order, index in enumerate(images):
         job_id = f"h1.{tenant}{order}"
+        params = PARAMS.model_copy(update={"image_sha256": image_digest(image(index))})
         job = JobRecord(
-            id=job_id, region="h1", home_region="h1", params=PARAMS, tenant=tenant,
+            id=job_id, region="h1", home_region="h1", params=params, tenant=tenant,
             created_at=now + order,
         )  # fmt: skip
         q.admit(job, image(index), backlog=True)
         ids.append(job_id)
     if weights:
-        q.backlog.set_weights(weights)
+        Backlog(client, "h1").set_weights(weights)
     return ids
 
 
 def worker(client: redis.Redis, name: str, holds: list[int], busy: bool = False) -> None:
     WorkerRegistry(client, "h1").beat(name, {}, ttl_s=60, busy=busy)
     DirectQueues(client, REGION).register(name)
-    things = [thing for index in holds for thing in things_of(image(index))]
+    things = [thing for index in holds for thing in things_of(image_digest(image(index)))]
     Holdings(client, "h1").publish(name, things, ttl_s=60)
 
 
@@ -88,7 +89,7 @@ def test_without_the_handoff_or_a_holder_the_head_goes_first(redis_client: redis
     off = Handoff(redis_client, "h1", REGION.queue, 0.0, HandoffSettings(enabled=False))
     assert (off.move_home().jobs, redis_client.llen(REGION.queue)) == ([ids[0]], 1)
     redis_client.delete(REGION.queue, "animfleet:queued:h1")
-    Holdings(redis_client, "h1").withdraw("w1", things_of(image(2)))
+    Holdings(redis_client, "h1").withdraw("w1", things_of(image_digest(image(2))))
     on = Handoff(redis_client, "h1", REGION.queue, 0.0)
     taken = on.move_home()  # it holds nothing the backlog needs: the head
     assert (taken.jobs, taken.placed) == ([ids[1]], ["w1"])
