@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from animfleet_sdk._async_client import AsyncAnimfleet
 from animfleet_sdk._sync_client import Animfleet
 from animfleet_sdk.errors import ApiError, RequestRefused, TryLater, WaitTimeout
-from animfleet_sdk.models import (
+from animfleet_sdk.responses import (
     BatchResult,
     DayUsage,
     DeletedJob,

@@ -13,7 +13,7 @@ import httpx
 
 from animfleet_sdk import _core
 from animfleet_sdk.errors import RequestRefused, WaitTimeout
-from animfleet_sdk.models import (
+from animfleet_sdk.responses import (
     BatchResult,
     DeletedJob,
     Event,

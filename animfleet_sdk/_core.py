@@ -15,7 +15,7 @@ import httpx
 
 from animfleet_api.bounds import MAX_PREFER_WAIT_S as MAX_PREFER_WAIT_S
 from animfleet_sdk.errors import ApiError, RequestRefused, TryLater
-from animfleet_sdk.models import Event
+from animfleet_sdk.responses import Event
 
 RETRY_STATUSES = frozenset({429, 503})
 DEFAULT_RETRY_S = 1.0

@@ -41,7 +41,7 @@ from tqdm import tqdm
 
 from animfleet import logs
 from animfleet.jobs import JobRecord, JobState
-from animfleet.models import shipped_model
+from animfleet.shipped_models import shipped_model
 from dispatcher import Client
 from launcher.local_fleet import LocalFleet
 from storage import open_store

@@ -27,7 +27,7 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from animfleet.models import (
+from animfleet.shipped_models import (
     SHIPPED_SLIM_DIR,
     SHIPPED_STUDENT_DIR,
     SHIPPED_TEACHER_DIR,

@@ -2,7 +2,8 @@
 
 Arms, interleaved job by job on the same job (8 frames, 32x32, eager fp32, one thread):
 - one version: every job on version A (the baseline);
-- shared pool: jobs alternate A, B on one worker holding both (``workers.versions.ModelShelf``);
+- shared pool: jobs alternate A, B on one worker holding both
+  (``workers.served_versions.ModelShelf``);
 - one version per worker, switching: jobs alternate, and each switch loads the other version,
   which is what a worker that holds one version at a time pays when its queue mixes versions.
 Per-version queues avoid switching but split the GPUs: a 5-10 % canary needs a GPU of its own.
@@ -24,12 +25,12 @@ from pathlib import Path
 import numpy as np
 
 from animfleet.jobs import JobParams
-from animfleet.models import resolve_model
+from animfleet.shipped_models import resolve_model
 from tools.serving.measure import test_card
 from workers.model import Animator
 from workers.model.animator import load_animator
+from workers.served_versions import ModelShelf
 from workers.settings import WorkerSettings
-from workers.versions import ModelShelf
 
 PARAMS = JobParams(prompt="pan left slowly", frames=8, fps=8, width=32, height=32, seed=0)
 BAR = 1.10  # the shared pool may cost at most this much per job over one version

@@ -25,7 +25,7 @@ from animfleet.region.tenants import Tenants
 from animfleet.topology import Topology
 from animfleet_api.bounds import MAX_IDEMPOTENCY_KEY_CHARS as MAX_KEY_CHARS
 from dispatcher import batch, metrics, records
-from dispatcher.addons import AddonChecker, take_images
+from dispatcher.addon_input import AddonChecker, take_images
 from dispatcher.admission import (
     AdmissionSettings,
     AtCapacity,
@@ -45,7 +45,7 @@ from dispatcher.inputs import (
 from dispatcher.lookup import STORED_CLIENT_JOB_ID, JobLookup, RegionLink
 from dispatcher.mask_input import check_mask, check_mask_addons
 from dispatcher.prepared import ImageChecks, PreparedInputs
-from dispatcher.versions import WORKER_MODEL, Choice, VersionChooser
+from dispatcher.version_pick import WORKER_MODEL, Choice, VersionChooser
 
 log = structlog.stdlib.get_logger("animfleet.dispatcher")
 

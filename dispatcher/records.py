@@ -9,7 +9,7 @@ import time
 from animfleet.jobs import WEBHOOK_EVENTS, JobParams, JobRecord
 from dispatcher.inputs import AnimationRequest
 from dispatcher.prepared import PreparedInputs
-from dispatcher.versions import WORKER_MODEL, Choice
+from dispatcher.version_pick import WORKER_MODEL, Choice
 
 
 def new_record(

@@ -52,7 +52,7 @@ def user_error(error: BaseException) -> tuple[str, int] | None:
         return None
     if package in ("storage", "workers"):
         from storage.registry import ModelIntegrityError, ModelNotFound
-        from workers.versions import VersionUnavailable
+        from workers.served_versions import VersionUnavailable
 
         if isinstance(error, ModelIntegrityError | ModelNotFound | VersionUnavailable):
             return f"model version refused: {one_line(error)}", EX_CONFIG

@@ -100,7 +100,7 @@ class LocalFleet:
             self._start_seaweedfs()
         self._write_topology()
         if self.model_dir is None and self.workers_per_region:
-            from animfleet.models import shipped_model
+            from animfleet.shipped_models import shipped_model
 
             self.model_dir = shipped_model()  # a trained model when there is one
         if self.model_dir is None and self.workers_per_region:

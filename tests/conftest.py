@@ -43,7 +43,7 @@ def redis_client(servers: LocalFleet) -> Iterator[redis.Redis]:
 @pytest.fixture(scope="session")
 def shipped_model() -> Path:
     """The model the project trains and ships (models/animfleet-small): what fleets run."""
-    from animfleet.models import shipped_model as find
+    from animfleet.shipped_models import shipped_model as find
 
     path = find()
     assert path is not None, "models/animfleet-small is missing"

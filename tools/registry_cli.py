@@ -60,7 +60,7 @@ def _check_ref(ref: str) -> None:
 
 
 def _source(value: str) -> Path:
-    from animfleet.models import resolve_model
+    from animfleet.shipped_models import resolve_model
 
     path = resolve_model(value)
     if not path.is_dir():

@@ -217,9 +217,9 @@ def _animate(runner: JobRunner, job_id: str) -> None:
 
 def load_model(**_: Any) -> None:
     """Load the model once per worker process, before it takes its first job."""
-    from animfleet.models import resolve_model
-    from animfleet.region.addons import RegionAddons
     from animfleet.region.affinity import DirectQueues
+    from animfleet.region.served_addons import RegionAddons
+    from animfleet.shipped_models import resolve_model
     from storage import StorageError, open_store
     from workers.heartbeat import Heartbeat
     from workers.model import Animator
@@ -227,7 +227,7 @@ def load_model(**_: Any) -> None:
     from workers.model.runtime.boot_tune import SharedProfiles
     from workers.prefetch import PrefetchListener, held_things
     from workers.runner import JobRunner
-    from workers.versions import (
+    from workers.served_versions import (
         ModelShelf,
         VersionUnavailable,
         boot_versions,
@@ -370,7 +370,7 @@ def fetch_boot_versions(region: Region, settings: WorkerSettings) -> list[Path]:
     Celery starts: a version whose files do not match their hash stops the worker here, with
     :class:`storage.registry.ModelIntegrityError` (or :class:`VersionUnavailable`)."""
     from storage import open_store
-    from workers.versions import boot_versions, fetch_version
+    from workers.served_versions import boot_versions, fetch_version
 
     refs = boot_versions(settings)
     if not refs:

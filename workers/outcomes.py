@@ -10,7 +10,7 @@ from animfleet.region.canary import VersionRuns, judge
 from animfleet.region.deployments import Deployments
 from animfleet.versions import is_pinned, sticky_fraction
 from workers import metrics as worker_metrics
-from workers.versions import ModelShelf
+from workers.served_versions import ModelShelf
 
 UNNAMED_MODEL = "worker@local"  # a runner built without a shelf (in-process tests)
 

@@ -45,8 +45,8 @@ from workers.model.imaging.grey import is_grey, to_grey
 from workers.model.pipelines.animation import StepCallback
 from workers.model.pipelines.masked import prefetch
 from workers.outcomes import observe_outcome, version_to_run
+from workers.served_versions import ModelShelf
 from workers.settings import WorkerSettings
-from workers.versions import ModelShelf
 
 log = structlog.stdlib.get_logger("animfleet.worker")
 

@@ -25,7 +25,7 @@ from dispatcher.gateway import (
     events,
     joblog,
     listing,
-    models,
+    model_catalog,
     options,
     playground,
     uploads,
@@ -80,7 +80,7 @@ def create_app(client: Client, settings: GatewaySettings) -> FastAPI:
     app.include_router(deletion.router)
     app.include_router(router)
     app.include_router(events.router)
-    app.include_router(models.router)
+    app.include_router(model_catalog.router)
     app.include_router(playground.router)
     app.include_router(options.router)
     app.include_router(uploads.router)

@@ -38,7 +38,7 @@ def add_compile_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _model_and_buckets(args: argparse.Namespace) -> tuple[Path, list[object]]:
-    from animfleet.models import resolve_model
+    from animfleet.shipped_models import resolve_model
     from workers.model.runtime.loading import ShapeBucket
 
     buckets: list[object] = [ShapeBucket.parse(b) for b in args.buckets.split(",") if b.strip()]

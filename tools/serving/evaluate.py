@@ -18,7 +18,7 @@ import torch
 from PIL import Image
 
 from animfleet.jobs import JobParams
-from animfleet.models import resolve_model
+from animfleet.shipped_models import resolve_model
 from tools.training.data.scenes import heldout_sample
 from tools.training.evaluation.evaluate import EvalSettings
 from tools.training.evaluation.frame_metrics import to_uint8

@@ -191,8 +191,8 @@ def _run_all(scenario: Scenario) -> list[SimResult]:
 
 
 def _report(scenario: Scenario, results: list[SimResult], out: Path) -> None:
-    from tools.sim.metrics import excess_share, format_table, summarize
     from tools.sim.plots import plot_regions, plot_runs
+    from tools.sim.scores import excess_share, format_table, summarize
     from tools.sim.spike_checks import spike_checks, whole_spike_notes
 
     start, stop = scenario.window
@@ -250,9 +250,9 @@ def _report(scenario: Scenario, results: list[SimResult], out: Path) -> None:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from tools.sim.metrics import format_table, summarize
     from tools.sim.planner import busiest_stretch, format_plan, plan
     from tools.sim.scenarios import trace
+    from tools.sim.scores import format_table, summarize
     from tools.sim.service import ServiceTime
 
     service = ServiceTime(args.service_median_s, args.service_p99_s)

@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from tools.sim.engine import SimResult
-from tools.sim.metrics import percentiles
+from tools.sim.scores import percentiles
 
 SMOOTH_S = 10.0
 

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tools.sim.engine import SimResult
-from tools.sim.metrics import Summary, excess_share, summarize
 from tools.sim.scenarios import Scenario
+from tools.sim.scores import Summary, excess_share, summarize
 
 MIN_SUCCESS = 0.999
 MIN_ONSET_SUCCESS = 0.99

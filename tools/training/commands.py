@@ -11,7 +11,7 @@ import json
 import os
 from pathlib import Path
 
-from animfleet.models import SHIPPED_MODEL_DIR, SHIPPED_STUDENT_DIR
+from animfleet.shipped_models import SHIPPED_MODEL_DIR, SHIPPED_STUDENT_DIR
 
 DEFAULT_RUN = "run/train/small"
 DEFAULT_DISTILL_RUN = "run/distill/small"

@@ -18,7 +18,7 @@ import torch
 
 from animfleet.errors import PermanentError
 from animfleet.jobs import JobParams
-from animfleet.models import resolve_model
+from animfleet.shipped_models import resolve_model
 from workers.errors import WorkerError
 from workers.model.addons.store import AddonError, AddonStore, job_addons, open_addons
 from workers.model.imaging.brush import BrushPlan

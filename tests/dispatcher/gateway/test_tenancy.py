@@ -242,7 +242,7 @@ def test_a_body_past_the_cap_is_refused_before_it_is_read(gateway: str, db: redi
 
 def test_the_sdk_models_match_the_openapi_document(gateway: str) -> None:
     from animfleet_sdk import DayUsage, DeletedJob, Job, JobLog, JobPage, LogEntry, StoredUpload
-    from animfleet_sdk.models import BatchResult, Output, PresignedUpload, Usage
+    from animfleet_sdk.responses import BatchResult, Output, PresignedUpload, Usage
 
     schemas = httpx.get(f"{gateway}/openapi.json").json()["components"]["schemas"]
     models: list[tuple[type[BaseModel], str]] = [

@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 
 from tools.sim.engine import run_exact
-from tools.sim.metrics import summarize
 from tools.sim.scenarios import sampled, sampling_check
+from tools.sim.scores import summarize
 
 
 def test_sampled_slice_agrees_with_the_full_fleet() -> None:

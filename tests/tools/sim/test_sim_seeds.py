@@ -7,9 +7,9 @@ import pytest
 
 from dispatcher.routing import RegionLoad
 from tools.sim.engine import SimResult, run_exact
-from tools.sim.metrics import Summary, summarize
 from tools.sim.policies import POLICIES
 from tools.sim.scenarios import Scenario, spike
+from tools.sim.scores import Summary, summarize
 from tools.sim.spike_checks import spike_checks
 from tools.sim.world import make_world
 

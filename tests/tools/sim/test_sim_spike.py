@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from tools.sim.engine import run_exact
-from tools.sim.metrics import Summary, excess_share, summarize
 from tools.sim.scenarios import spike
+from tools.sim.scores import Summary, excess_share, summarize
 
 
 def run(policy: str, mode: str, seed: int = 0) -> tuple[Summary, Summary, float]:

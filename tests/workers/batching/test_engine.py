@@ -21,7 +21,7 @@ import torch
 
 from animfleet.addons import AddonUse
 from animfleet.jobs import JobCanceled, JobParams
-from animfleet.models import SHIPPED_STUDENT_DIR, SHIPPED_TEACHER_DIR
+from animfleet.shipped_models import SHIPPED_STUDENT_DIR, SHIPPED_TEACHER_DIR
 from workers.batching import BatchEngine
 from workers.batching import engine as engine_module
 from workers.batching.sample import Sample, prepare

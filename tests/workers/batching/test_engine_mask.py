@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from animfleet.jobs import JobParams
-from animfleet.models import SHIPPED_STUDENT_DIR
+from animfleet.shipped_models import SHIPPED_STUDENT_DIR
 from workers.batching import BatchEngine
 from workers.model import Animator
 from workers.model.animator import load_animator

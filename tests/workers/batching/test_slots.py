@@ -13,9 +13,9 @@ import pytest
 import redis
 
 from animfleet.jobs import JobParams, JobRecord, JobState, new_job_id
-from animfleet.models import SHIPPED_STUDENT_DIR
 from animfleet.region.admission import seed
 from animfleet.region.jobstore import JobStore
+from animfleet.shipped_models import SHIPPED_STUDENT_DIR
 from animfleet.topology import Region
 from storage import ObjectInfo, StorageError
 from storage.local import LocalStore

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from animfleet.models import SHIPPED_STUDENT_DIR
+from animfleet.shipped_models import SHIPPED_STUDENT_DIR
 from tools.training.addons.control import ControlConfig, ControlTrainer, angle_error
 from tools.training.addons.control_data import path_sample
 from workers.model.addons.control_branch import CONTROL_SIZE, read_control

@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 
 from animfleet.jobs import JobParams
-from animfleet.models import SHIPPED_MODEL_DIR
+from animfleet.shipped_models import SHIPPED_MODEL_DIR
 from tools.training.data.motions import Motion
 from tools.training.evaluation.motion_estimate import classify
 from workers.model import Animator

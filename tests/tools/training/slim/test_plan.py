@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from animfleet.models import SHIPPED_STUDENT_DIR
+from animfleet.shipped_models import SHIPPED_STUDENT_DIR
 from tools.training.slim.plan import (
     count_parameters,
     filter_rows,

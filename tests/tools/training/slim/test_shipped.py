@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from animfleet.models import MODELS_DIR, resolve_model
+from animfleet.shipped_models import MODELS_DIR, resolve_model
 from workers.model.pipelines.animation import AnimationPipeline
 from workers.model.pipelines.generation import GenerationParams
 

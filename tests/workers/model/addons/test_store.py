@@ -14,7 +14,7 @@ from safetensors.torch import save_file
 
 from animfleet.addons import AddonUse
 from animfleet.jobs import JobParams
-from animfleet.models import SHIPPED_STUDENT_DIR
+from animfleet.shipped_models import SHIPPED_STUDENT_DIR
 from workers.model.addons.store import AddonError, AddonStore, available, read_addon
 from workers.model.animator import Animator, ModelError
 from workers.model.pipelines.generation import GenerationParams

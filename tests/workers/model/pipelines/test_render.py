@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from PIL import Image
 
 from animfleet.jobs import JobParams
-from animfleet.models import SHIPPED_STUDENT_DIR
+from animfleet.shipped_models import SHIPPED_STUDENT_DIR
 from workers.model.animator import Animator
 from workers.model.networks.edge_fill import EdgeFill
 from workers.model.pipelines.generation import GenerationParams

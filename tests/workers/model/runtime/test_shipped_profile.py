@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from animfleet.models import SHIPPED_STUDENT_DIR
+from animfleet.shipped_models import SHIPPED_STUDENT_DIR
 from workers.model.animator import load_animator
 from workers.model.runtime.boot_tune import candidates
 from workers.model.runtime.profile import device_key, load_profile, lookup

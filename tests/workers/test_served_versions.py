@@ -9,8 +9,8 @@ import pytest
 
 from storage.registry import content_hash, directory_files
 from workers.model import Animator, ModelError
+from workers.served_versions import ModelShelf, boot_versions, own_version
 from workers.settings import WorkerSettings
-from workers.versions import ModelShelf, boot_versions, own_version
 
 
 def test_versions_load_once_and_the_least_recently_used_leaves() -> None:

@@ -10,8 +10,8 @@ import pytest
 import redis
 
 from animfleet.addons import AddonUse, control_input
-from animfleet.region.addons import RegionAddons
-from dispatcher.addons import AddonChecker, take_images
+from animfleet.region.served_addons import RegionAddons
+from dispatcher.addon_input import AddonChecker, take_images
 from dispatcher.inputs import InvalidInput, parse_request
 from dispatcher.prepared import CheckedImage, PreparedInputs
 from dispatcher.records import fingerprint

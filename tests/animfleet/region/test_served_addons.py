@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import redis
 
-from animfleet.region.addons import SERVED_FOR_S, RegionAddons
+from animfleet.region.served_addons import SERVED_FOR_S, RegionAddons
 
 
 def test_workers_advertise_and_old_advertisements_lapse(redis_client: redis.Redis) -> None:

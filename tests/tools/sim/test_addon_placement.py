@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tools.sim.addons import AddonWorld, plot, simulate
+from tools.sim.addon_placement import AddonWorld, plot, simulate
 
 
 def test_aware_placement_hits_more_and_waits_less(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from animfleet.models import (
+from animfleet.shipped_models import (
     MODELS_DIR,
     SHIPPED_STUDENT_DIR,
     resolve_model,

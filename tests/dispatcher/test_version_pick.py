@@ -8,7 +8,7 @@ import redis
 from animfleet.region.catalog import CatalogEntry, ModelCatalog
 from animfleet.region.deployments import Deployment, Deployments
 from dispatcher.inputs import InvalidInput, parse_request
-from dispatcher.versions import Choice, VersionChooser
+from dispatcher.version_pick import Choice, VersionChooser
 
 STABLE, CANARY = "anim@1", "anim@2"
 

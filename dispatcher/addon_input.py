@@ -2,7 +2,7 @@
 add-ons a job asks for, with or without an image as each needs.
 
 What a region serves is read from its Redis (what its workers advertised) and kept for
-``ttl_s``, like the deployments in :mod:`dispatcher.versions`: a new add-on is accepted
+``ttl_s``, like the deployments in :mod:`dispatcher.version_pick`: a new add-on is accepted
 within that of a worker advertising it.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 import redis
 
 from animfleet.addons import AddonUse, control_input
-from animfleet.region.addons import RegionAddons
+from animfleet.region.served_addons import RegionAddons
 from dispatcher.inputs import InvalidInput, check_image
 
 

@@ -1,4 +1,4 @@
-"""Add-on-aware placement, simulated: ``python -m tools.sim.addons --out out/sim-addons``.
+"""Add-on-aware placement, simulated: ``python -m tools.sim.addon_placement --out out/sim-addons``.
 
 Jobs arrive (Poisson) at a region of single-concurrency workers; most ask for one add-on, its
 name drawn from a Zipf popularity over a catalogue far larger than what one worker holds.
@@ -132,7 +132,7 @@ def plot(outcomes: list[Outcome], path: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.sim.addons")
+    parser = argparse.ArgumentParser(prog="python -m tools.sim.addon_placement")
     parser.add_argument("--out", default="out/sim-addons")
     parser.add_argument("--loads", default="0.5,0.6,0.7,0.8,0.85,0.9")
     args = parser.parse_args(argv)
