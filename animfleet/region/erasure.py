@@ -14,6 +14,7 @@ from collections.abc import Iterable
 import redis
 
 from animfleet.jobs import JobRecord
+from animfleet.region import outbox
 from animfleet.region.archive import Objects, RecordArchive
 from animfleet.region.joblogs import JobLogs
 from animfleet.region.jobstore import IDEMPOTENCY_TTL_S, JobStore
@@ -66,7 +67,8 @@ def erase_here(
     """Erase what ``region`` (its Redis ``store`` and storage ``objects`` under ``prefix``)
     holds of ``record``'s ended job: every run's output, its archived record, its record,
     input, webhook events and log lines; in its home region also its uploads and listing
-    entry, leaving a tombstone. How many objects were deleted."""
+    entry, leaving a tombstone, and its webhook is told (``job.deleted``). How many objects
+    were deleted."""
     outputs = f"{prefix}outputs/"
     keys = [
         key
@@ -85,4 +87,5 @@ def erase_here(
     if region == record.home_region:
         Listing(store.redis).remove(record.tenant, record.id)
         erasure.mark_deleted(record.id, record.tenant, at)
+        outbox.emit_deleted(store.redis, record, region, at)
     return len(keys)

@@ -26,7 +26,7 @@ from animfleet.region.keys import (
     WEBHOOKS_ALIVE_KEY,
 )
 
-EventType = Literal["job.started", "job.progress", "job.completed"]
+EventType = Literal["job.started", "job.progress", "job.completed", "job.deleted"]
 DeliveryState = Literal["pending", "delivered", "stopped", "gave_up"]
 
 # Progress events are throttled: at most one per interval, plus the last step.
@@ -81,6 +81,26 @@ def events_for(before: JobRecord, after: JobRecord, now: float) -> list[tuple[Ev
             after.webhook_progress_at = now
             events.append(("job.progress", after.attempts * 10_000 + after.progress.step))
     return events
+
+
+def emit_deleted(client: redis.Redis, record: JobRecord, region: str, at: float) -> None:
+    """Queue ``job.deleted`` for ``record``'s webhook (if it has a live one), erased at ``at``:
+    the job as it was, without its output, which is gone. Every subscriber gets it, whatever
+    events it chose: an erasure is the job's last word."""
+    if not record.webhook_url or record.webhook_disabled:
+        return
+    delivery = WebhookDelivery(
+        id=webhook_id(record.id, "job.deleted", 0),
+        job_id=record.id,
+        region=region,
+        type="job.deleted",
+        url=record.webhook_url,
+        data=record.model_copy(update={"output": None}).model_dump(mode="json"),
+        created_at=at,
+    )
+    with client.pipeline(transaction=True) as pipe:
+        queue_delivery(pipe, delivery, at)
+        pipe.execute()
 
 
 def queue_delivery(pipe: redis.client.Pipeline, delivery: WebhookDelivery, due: float) -> None:

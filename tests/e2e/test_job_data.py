@@ -71,6 +71,10 @@ def test_upload_submit_follow_logs_then_delete(
     assert objects.head(key) is None and objects.head(job["output"]["key"]) is None
     assert objects.list_keys(f"outputs/{job_id}") == []
     assert api.get(f"/v1/jobs/{job_id}").status_code == 410
+    # Its webhook hears of the erasure: the job as it was, without the output that is gone.
+    receiver.wait_for(lambda: "job.deleted" in {e["type"] for e in receiver.events()})
+    told = next(e for e in receiver.events() if e["type"] == "job.deleted")
+    assert told["data"]["id"] == job_id and told["data"]["output"] is None
     # A retried submit cannot recreate it: its upload is gone too.
     again = api.post("/v1/jobs", json=request, headers={"Idempotency-Key": "erase-me"})
     assert again.status_code == 422 and again.json()["error"]["field"] == "image"
