@@ -4,7 +4,9 @@ Starts a one-region local fleet (a stand-in model, a gateway with keys on), make
 runs Schemathesis' own command line against the gateway: generated valid and invalid requests
 for every operation, with all of its checks (no 5xx, responses that match the schema, valid
 requests accepted, invalid ones refused, headers and status codes as documented; the one
-allowance is explained in ``schemathesis.toml`` beside this file). Exits with Schemathesis' code.
+allowance is explained in ``schemathesis.toml`` beside this file). Submits carry a real image
+(``fuzz_hooks.py``), so the stateful phase reaches every route with a real job id. Exits with
+Schemathesis' code.
 
     python -m benchmarks.fuzz_api --minutes 3
 """
@@ -12,6 +14,7 @@ allowance is explained in ``schemathesis.toml`` beside this file). Exits with Sc
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -60,7 +63,9 @@ def main() -> int:
         ]
         shown = [part if key not in part else "Authorization: Bearer <key>" for part in command]
         print(" ".join(shown), flush=True)
-        return subprocess.run(command, check=False).returncode
+        # Real images in submits, so the stateful phase follows its links with real job ids.
+        env = os.environ | {"SCHEMATHESIS_HOOKS": "benchmarks.fuzz_hooks"}
+        return subprocess.run(command, check=False, env=env).returncode
 
 
 if __name__ == "__main__":
