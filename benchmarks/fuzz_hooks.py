@@ -3,8 +3,7 @@
 A generated job names an image no decoder reads, so every submit is refused with 422 and the
 stateful phase never gets a job id to follow its links with (get, logs, cancel, delete). Here a
 submit's string ``image`` is swapped for a real PNG, so jobs exist and every route is reached
-with a real id; Schemathesis revalidates the changed body, so a case meant to be invalid stays
-judged as what it now is.
+with a real id. A case generated to be invalid is left as it is.
 """
 
 from __future__ import annotations
@@ -29,10 +28,16 @@ PNG = _png_data_uri()
 
 
 @schemathesis.hook
-def map_body(context: Any, body: Any) -> Any:
-    operation = context.operation
-    if operation is None or (operation.method.upper(), operation.path) not in SUBMITS:
-        return body
-    if isinstance(body, dict) and isinstance(body.get("image"), str):
-        return {**body, "image": PNG}
-    return body
+def map_case(context: Any, case: Any) -> Any:
+    """A valid submit's image becomes a real PNG; a case meant to be invalid is left alone."""
+    operation = case.operation
+    if (operation.method.upper(), operation.path) not in SUBMITS:
+        return case
+    meta = getattr(case, "_meta", None)
+    negative = meta is not None and (
+        meta.generation.mode.is_negative
+        or any(info.mode.is_negative for info in meta.components.values())
+    )
+    if not negative and isinstance(case.body, dict) and isinstance(case.body.get("image"), str):
+        case.body = {**case.body, "image": PNG}
+    return case

@@ -38,7 +38,20 @@ EVENTS_DOC = {
     " these has an `id` to send back as `Last-Event-ID` when reconnecting. With `logs=true`,"
     " `log` events (no `id`) come between them, carrying the job's log lines as"
     " `GET /v1/jobs/{id}/logs` lists them; a reconnected stream sends the log from its start.",
-    "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    # Each event as a client parses it (the fields of the Server-Sent Events format).
+    "content": {
+        "text/event-stream": {
+            "schema": {
+                "type": "object",
+                "properties": {
+                    "event": {"type": "string"},
+                    "data": {"type": "string", "description": "JSON"},
+                    "id": {"type": "string"},
+                    "retry": {"type": "integer"},
+                },
+            }
+        }
+    },
 }
 
 
@@ -49,6 +62,7 @@ EVENTS_DOC = {
         200: EVENTS_DOC,
         401: {"model": ErrorResponse},
         404: {"model": ErrorResponse},
+        410: {"model": ErrorResponse},
         429: {"model": ErrorResponse},
     },
 )

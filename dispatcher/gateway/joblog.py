@@ -64,7 +64,7 @@ def delete_lines(client: Client, job_id: str) -> None:
 @router.get(
     "/jobs/{job_id}/logs",
     response_model=JobLog,
-    responses=error_responses(401, 404, 429),
+    responses=error_responses(401, 404, 410, 429),
     operation_id="getJobLogs",
 )
 def job_logs(

@@ -75,6 +75,11 @@ SUBMITTED: dict[int | str, dict[str, Any]] = {
         "links": _JOB_LINKS,
     },
     202: {"description": "accepted", "headers": _HEADERS, "links": _JOB_LINKS},
+    410: {"model": ErrorResponse, "description": "the job (or the one its key named) was deleted"},
+}
+# A job id's routes: an erased job answers 410 ``deleted`` for as long as its tombstone lives.
+GONE: dict[int | str, dict[str, Any]] = {
+    410: {"model": ErrorResponse, "description": "the job was deleted"}
 }
 
 
@@ -301,7 +306,7 @@ def put_job(
         raise ApiError(409, "idempotency_conflict", message, "id") from None
 
 
-@router.get("/jobs/{job_id}", response_model=JobView)
+@router.get("/jobs/{job_id}", response_model=JobView, responses=GONE)
 def get_job(
     job_id: str,
     request: Request,
@@ -317,7 +322,7 @@ def get_job(
     return _view(runtime, record)
 
 
-@router.post("/jobs/{job_id}/cancel", response_model=JobView)
+@router.post("/jobs/{job_id}/cancel", response_model=JobView, responses=GONE)
 def cancel_job(job_id: str, request: Request, caller: CallerDep) -> JobView:
     """A queued job never starts; a running one stops at its next denoising step. A job that
     already ended is returned unchanged."""
@@ -326,7 +331,9 @@ def cancel_job(job_id: str, request: Request, caller: CallerDep) -> JobView:
     return _view(runtime, runtime.client.cancel(record.id))
 
 
-@router.post("/jobs/{job_id}/webhook/replay", status_code=202, response_model=Replayed)
+@router.post(
+    "/jobs/{job_id}/webhook/replay", status_code=202, response_model=Replayed, responses=GONE
+)
 def replay_webhook(job_id: str, request: Request, caller: CallerDep) -> Replayed:
     """Send the job's most recent webhook event again (same ``webhook-id``)."""
     record = scoping.owned(request, caller, job_id)
