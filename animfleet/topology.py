@@ -5,6 +5,7 @@ values so a process can be pointed elsewhere without editing the file::
 
     [regions.us-east]
     broker_url = "redis://10.0.0.5:6379/0"
+    store_url = "redis://10.0.0.5:6379/0"  # optional: the broker's Redis when absent
     latency_ms = { eu-west = 80 }
 
     [regions.us-east.storage]
@@ -12,7 +13,13 @@ values so a process can be pointed elsewhere without editing the file::
     bucket = "animfleet-us-east"
     endpoint_url = "https://s3.us-east-1.amazonaws.com"
 
+A region has two servers, which may be one: its **broker** (the Celery queues its GPU workers
+consume: Redis, or RabbitMQ for replicated queues) and its **store** (job records, backlog,
+heartbeats, idempotency: a Redis, or a Redis Cluster such as MemoryDB with a
+``redis+cluster://`` URL). Without ``store_url`` the store is the broker's Redis.
+
 Overrides: ``ANIMFLEET_FLEET_FILE`` picks the file, ``ANIMFLEET_REGION_<NAME>_BROKER_URL``,
+``..._STORE_URL``,
 ``..._STORAGE_BACKEND``, ``..._STORAGE_BUCKET``, ``..._STORAGE_ENDPOINT_URL``,
 ``..._STORAGE_ROOT`` and ``..._STORAGE_PREFIX`` change one region (``<NAME>`` is the region name
 upper-cased with ``-`` as ``_``).
@@ -55,12 +62,14 @@ class StorageConfig(BaseModel):
 
 
 class Region(BaseModel):
-    """One region: its broker (queues, job records, load reports) and its storage."""
+    """One region: its broker (the GPU queues), its store (job records, backlog, load reports)
+    and its storage."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     broker_url: str
+    store_url: str = ""  # "" = the broker's Redis (see :attr:`store`)
     storage: StorageConfig = StorageConfig()
     latency_ms: dict[str, float] = Field(default_factory=dict)
 
@@ -74,12 +83,26 @@ class Region(BaseModel):
         return value
 
     @property
+    def store(self) -> str:
+        """The URL of the region's store: ``store_url``, or the broker's when none is given."""
+        return self.store_url or self.broker_url
+
+    @property
+    def store_is_broker(self) -> bool:
+        """Whether the store and the broker are one Redis, so that a store script can push a
+        Celery message onto a GPU queue in the same atomic call."""
+        return self.store == self.broker_url
+
+    @property
     def queue(self) -> str:
         """The Celery queue that this region's GPU workers consume."""
         return f"animate.{self.name}"
 
     def __repr__(self) -> str:
-        return f"Region(name={self.name!r}, broker_url={_redact(self.broker_url)!r})"
+        return (
+            f"Region(name={self.name!r}, broker_url={_redact(self.broker_url)!r}, "
+            f"store={_redact(self.store)!r})"
+        )
 
 
 class Topology(BaseModel):
@@ -145,6 +168,8 @@ class Topology(BaseModel):
             prefix = f"ANIMFLEET_REGION_{str(name).upper().replace('-', '_')}_"
             if broker := env.get(prefix + "BROKER_URL"):
                 fields["broker_url"] = broker
+            if store := env.get(prefix + "STORE_URL"):
+                fields["store_url"] = store
             for key in ("backend", "bucket", "endpoint_url", "root", "prefix"):
                 if value := env.get(prefix + "STORAGE_" + key.upper()):
                     storage[key] = value

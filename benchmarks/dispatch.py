@@ -36,7 +36,6 @@ from typing import Any
 from unittest import mock
 
 import numpy as np
-import redis
 from celery import Celery
 from PIL import Image, ImageFile
 from tqdm import tqdm
@@ -45,6 +44,7 @@ import dispatcher.client
 import dispatcher.prepared
 import dispatcher.records
 from animfleet import logs
+from animfleet.region.store_client import store_client
 from dispatcher import Client
 from launcher.local_fleet import LocalFleet
 from tools import EXAMPLE_IMAGE
@@ -165,7 +165,7 @@ def main() -> None:
         LocalFleet(Path(root), regions=("bench",), storage="local", workers_per_region=0) as fleet,
     ):
         region = fleet.topology.region("bench")
-        broker = redis.Redis.from_url(region.broker_url)
+        broker = store_client(region.store)
         total = args.rounds * args.per_round
         # Capacity that never binds, so both sides measure publishing, not admission refusals.
         for index in range(3 * (total + args.breakdown + 1)):  # every path's jobs, at most

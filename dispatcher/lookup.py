@@ -40,7 +40,7 @@ class RegionLink:
     def __init__(self, region: Region, admission: AdmissionSettings) -> None:
         self.region = region
         # A caller waits on this: a short retry rides out a blip, then the caller hears of it.
-        self.store = JobStore.from_url(region.broker_url, retry_s=2.0)
+        self.store = JobStore.from_url(region.store, retry_s=2.0)
         caps = BacklogCaps(admission.backlog_tenant_cap, admission.backlog_region_cap)
         self.queue = RegionQueue(
             region, self.store, admission.allowance, caps, affinity=admission.affinity

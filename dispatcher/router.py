@@ -22,6 +22,7 @@ from pydantic_settings import SettingsConfigDict
 from animfleet.metrics import port_from_env, serve
 from animfleet.region.keys import ROUTING_KEY
 from animfleet.region.status import RegionStatus, read_region_status
+from animfleet.region.store_client import store_client
 from animfleet.settings import EnvSettings, load
 from animfleet.topology import Topology
 from dispatcher import metrics
@@ -132,8 +133,8 @@ class Router:
 
     def client(self, region: str) -> redis.Redis:
         if region not in self._clients:
-            url = self.topology.region(region).broker_url
-            self._clients[region] = redis.Redis.from_url(url, socket_timeout=2.0)
+            url = self.topology.region(region).store
+            self._clients[region] = store_client(url, socket_timeout=2.0)
         return self._clients[region]
 
     def close(self) -> None:

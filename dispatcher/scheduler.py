@@ -146,7 +146,7 @@ class RegionScheduler:
 
     def store(self, region: str) -> JobStore:
         if region not in self._stores:
-            url = self.topology.region(region).broker_url
+            url = self.topology.region(region).store
             self._stores[region] = JobStore.from_url(url, retry_s=2.0)
         return self._stores[region]
 

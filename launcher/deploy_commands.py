@@ -63,9 +63,9 @@ def add_deploy_commands(sub: Any) -> None:
 
 
 def _redis(region: Region) -> redis.Redis:
-    import redis
+    from animfleet.region.store_client import store_client
 
-    return redis.Redis.from_url(region.broker_url)
+    return store_client(region.store)
 
 
 def _parse_weights(items: list[str]) -> dict[str, float]:

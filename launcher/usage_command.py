@@ -61,7 +61,7 @@ def cmd_usage(args: argparse.Namespace) -> int:
     books = []
     for name in topology.names:
         region = topology.region(name)
-        store = JobStore.from_url(region.broker_url)
+        store = JobStore.from_url(region.store)
         books.append(UsageBook(store, name, open_store(region.storage), region.storage.prefix))
     days = fleet_days(books, args.tenant, str(first), str(last))
     rows = [{"day": d.day, **d.jobs, **d.model_dump(exclude={"day", "jobs"})} for d in days]

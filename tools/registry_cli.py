@@ -73,9 +73,8 @@ def _source(value: str) -> Path:
 def cmd_model_push(args: argparse.Namespace) -> int:
     """Push to every chosen region; refuses before uploading anything if any region already
     holds ``ref`` with other content (versions are immutable)."""
-    import redis
-
     from animfleet.region.catalog import CatalogEntry, ModelCatalog
+    from animfleet.region.store_client import store_client
     from storage import StorageError
     from storage.registry import ModelNotFound, content_hash, directory_files
 
@@ -105,7 +104,7 @@ def cmd_model_push(args: argparse.Namespace) -> int:
                 files=len(manifest.files),
                 pushed_at=manifest.pushed_at,
             )
-            client = redis.Redis.from_url(region.broker_url)
+            client = store_client(region.store)
             try:
                 ModelCatalog(client, region.name).add(entry)
             finally:
@@ -121,13 +120,12 @@ def cmd_model_push(args: argparse.Namespace) -> int:
 
 def cmd_model_list(args: argparse.Namespace) -> int:
     """One line per version in each chosen region's catalog."""
-    import redis
-
     from animfleet.region.catalog import ModelCatalog
+    from animfleet.region.store_client import store_client
 
     rows = [("REGION", "REF", "HASH", "SIZE", "PUSHED (UTC)")]
     for region in regions_of(args, args.region):
-        client = redis.Redis.from_url(region.broker_url)
+        client = store_client(region.store)
         try:
             entries = ModelCatalog(client, region.name).entries()
         finally:

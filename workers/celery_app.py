@@ -38,6 +38,7 @@ from animfleet.constants import ANIMATE_TASK
 from animfleet.region.affinity import direct_queue
 from animfleet.region.joblogs import keep_job_logs
 from animfleet.region.jobstore import JobStore
+from animfleet.region.store_client import store_client
 from animfleet.region.workers import WorkerRegistry, slot_names
 from animfleet.topology import Region, Topology
 from workers.settings import WorkerSettings
@@ -244,7 +245,7 @@ def load_model(**_: Any) -> None:
     shared = SharedProfiles(objects)
     animator = load_animator(settings, shared)  # compiles and warms up if configured
     worker_name = settings.name or f"{socket.gethostname()}-{os.getpid()}"
-    store = JobStore.from_url(region.broker_url)
+    store = JobStore.from_url(region.store)
     keep_job_logs({region.name: store.redis})
 
     def load_version(ref: str) -> Animator:
@@ -330,7 +331,7 @@ def drain(**_: Any) -> None:
     region, settings = process.context()
     assert settings.name is not None
     try:
-        registry = WorkerRegistry(redis.Redis.from_url(region.broker_url), region.name)
+        registry = WorkerRegistry(store_client(region.store), region.name)
         registry.drain(settings.name, for_s=settings.visibility_timeout_s, slots=settings.batch)
     except redis.RedisError as error:  # the heartbeat lapses instead, within its TTL
         log.warning("worker.drain_unrecorded", worker=settings.name, error=str(error))
@@ -375,7 +376,7 @@ def fetch_boot_versions(region: Region, settings: WorkerSettings) -> list[Path]:
     refs = boot_versions(settings)
     if not refs:
         return []
-    client = redis.Redis.from_url(region.broker_url)
+    client = store_client(region.store)
     objects = open_store(region.storage)
     paths = [fetch_version(ref, region, client, objects, settings.model_cache) for ref in refs]
     log.info("worker.versions_verified", versions=refs, cache=str(settings.model_cache))

@@ -27,7 +27,7 @@ log = structlog.stdlib.get_logger("animfleet.sweeper")
 
 def sweep_region(region: Region, settings: SweepSettings, stop: threading.Event) -> None:
     """Sweep ``region`` every ``settings.poll_s`` until ``stop`` is set."""
-    store = JobStore.from_url(region.broker_url)
+    store = JobStore.from_url(region.store)
     sweeper = Sweeper(region, store, settings, objects=open_store(region.storage))
     while not stop.is_set():
         try:

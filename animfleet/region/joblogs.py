@@ -21,6 +21,7 @@ import redis
 
 from animfleet import logs
 from animfleet.region.keys import JOB_LOG_KEY, JOB_LOG_SEQ, RECORD_TTL_S
+from animfleet.region.store_client import store_client
 from animfleet.topology import Topology
 
 MAX_LINES = 200
@@ -110,4 +111,4 @@ def keep_job_logs(regions: dict[str, redis.Redis]) -> None:
 
 def keep_job_logs_of(topology: Topology, names: Iterable[str]) -> None:
     """:func:`keep_job_logs` for the regions ``names`` of ``topology``."""
-    keep_job_logs({n: redis.Redis.from_url(topology.region(n).broker_url) for n in names})
+    keep_job_logs({n: store_client(topology.region(n).store) for n in names})

@@ -33,6 +33,7 @@ from animfleet.region.keys import (
     START_BY_SET,
     WAITING_SET,
 )
+from animfleet.region.store_client import store_client
 
 IDEMPOTENCY_TTL_S = 24 * 3600
 RECENT_RUNS = 50  # run times kept per region for the start estimate
@@ -71,7 +72,7 @@ class JobStore:
 
     @classmethod
     def from_url(cls, url: str, retry_s: float = RETRY_S) -> JobStore:
-        return cls(redis.Redis.from_url(url, health_check_interval=30), retry_s)
+        return cls(store_client(url), retry_s)
 
     def _retrying(self) -> Retrying:
         """Full-jitter retries of a connection failure for up to ``retry_s``, then re-raise."""

@@ -53,3 +53,17 @@ def test_region_names_must_be_dns_like() -> None:
 
 def test_default_file_loads() -> None:
     assert Topology.load(env={}).names == ["local"]
+
+
+def test_store_defaults_to_the_broker_and_can_be_its_own() -> None:
+    plain = Topology.from_mapping({"regions": {"us-east": {"broker_url": "redis://b:6379/0"}}}, {})
+    assert plain.region("us-east").store == "redis://b:6379/0"
+    assert plain.region("us-east").store_is_broker
+    split = Topology.from_mapping(
+        {"regions": {"us-east": {"broker_url": "amqp://guest:secret@mq:5672//"}}},
+        {"ANIMFLEET_REGION_US_EAST_STORE_URL": "redis+cluster://s:7000"},
+    )
+    region = split.region("us-east")
+    assert region.store == "redis+cluster://s:7000"
+    assert not region.store_is_broker
+    assert "secret" not in repr(region)

@@ -94,7 +94,7 @@ def create_app(region: Region, settings: WebhookSettings, netguard: NetGuard) ->
         worker_prefetch_multiplier=1,
         worker_hijack_root_logger=False,
     )
-    store = JobStore.from_url(region.broker_url)
+    store = JobStore.from_url(region.store)
     keep_job_logs({region.name: store.redis})
     sender = Sender(
         store=store,
