@@ -22,6 +22,12 @@ from launcher.local_fleet import LocalFleet
 # for it (tests/workers/model/runtime/test_boot_tune.py). Worker processes inherit this.
 os.environ.setdefault("ANIMFLEET_WORKER_BOOT_TUNE_S", "0")
 
+# Parallel test workers (pytest -n) start their fleets' servers in disjoint port ranges: a test
+# that restarts a server on its port must not find it taken by another worker's fleet.
+if (worker := os.environ.get("PYTEST_XDIST_WORKER", "")).startswith("gw"):
+    _slot = int(worker[2:]) % 8
+    os.environ["ANIMFLEET_LOCAL_PORTS"] = f"{15000 + 1250 * _slot}-{16249 + 1250 * _slot}"
+
 
 @pytest.fixture(scope="session")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFleet]:
