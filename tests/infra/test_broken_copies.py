@@ -88,6 +88,41 @@ BREAKAGES = [
         frozenset({"CKV_AWS_30"}),
     ),
     Breakage(
+        "memorydb-without-tls",
+        f"{MODULE}/memorydb.tf",
+        "tls_enabled = true",
+        "tls_enabled = false",
+        "tls_enabled is not true",
+    ),
+    Breakage(
+        "memorydb-open-access",
+        f"{MODULE}/memorydb.tf",
+        "acl_name    = aws_memorydb_acl.store[0].name",
+        'acl_name    = "open-access"',
+        "not on the module's ACL",
+    ),
+    Breakage(
+        "public-rabbitmq",
+        f"{MODULE}/rabbitmq.tf",
+        "publicly_accessible = false",
+        "publicly_accessible = true",
+        "publicly accessible",
+    ),
+    Breakage(
+        "rabbitmq-single-instance",
+        f"{MODULE}/rabbitmq.tf",
+        'deployment_mode    = "CLUSTER_MULTI_AZ"',
+        'deployment_mode    = "SINGLE_INSTANCE"',
+        "deployment_mode is not CLUSTER_MULTI_AZ",
+    ),
+    Breakage(
+        "store-password-output",
+        f"{MODULE}/outputs.tf",
+        'value       = local.stores["c1"].url',
+        'value       = local.stores["c1"].userinfo',
+        "exposes a secret without sensitive = true",
+    ),
+    Breakage(
         "unencrypted-root-volume",
         f"{MODULE}/compute.tf",
         "      encrypted             = true",
@@ -105,7 +140,7 @@ BREAKAGES = [
     Breakage(
         "token-output",
         f"{MODULE}/outputs.tf",
-        "value       = aws_secretsmanager_secret.broker_auth_token.arn",
+        "value       = aws_secretsmanager_secret.connections.arn",
         "value       = random_password.broker_auth_token.result",
         "exposes a secret without sensitive = true",
     ),
@@ -170,9 +205,9 @@ BREAKAGES = [
     ),
     Breakage(
         "unjustified-skip",
-        f"{MODULE}/broker.tf",
-        "#checkov:skip=CKV2_AWS_57:Rotating",
-        "#checkov:skip=CKV2_AWS_57:later\n  #Rotating",
+        f"{MODULE}/connections.tf",
+        "#checkov:skip=CKV2_AWS_57:The credentials",
+        "#checkov:skip=CKV2_AWS_57:later\n  #The credentials",
         "skip of CKV2_AWS_57 is not justified",
     ),
 ]

@@ -123,7 +123,8 @@ def test_worker_groups_are_one_resource_with_for_each() -> None:
     assert ("${aws_autoscaling_group.worker}", '${aws_autoscaling_group.worker["worker"]}') in moved
     scaling = (MODULE / "scaling.tf").read_text()
     assert "aws_autoscaling_group.worker.name" not in scaling
-    assert 'aws_autoscaling_group.worker["worker"].name' in scaling
+    assert "for_each = local.scaled_worker_groups" in scaling  # the shared group(s) only
+    assert "aws_autoscaling_group.worker[each.key].name" in scaling
 
 
 def test_only_the_shared_group_preloads_versions_without_a_group_of_their_own() -> None:
@@ -281,14 +282,14 @@ def run_apply_script(
 
     monkeypatch.setitem(sys.modules, "redis", fake_redis)
     monkeypatch.setattr(subprocess, "run", fake_run)
-    monkeypatch.setenv("ANIMFLEET_REGION_EU_WEST_BROKER_URL", "rediss://:t@broker:6379/0")
+    monkeypatch.setenv("ANIMFLEET_REGION_EU_WEST_STORE_URL", "rediss://:t@store:6379/0")
     path = f"/etc/animfleet/deployments/{SHA}.json"
     monkeypatch.setattr(sys, "argv", ["apply-deployments.py", "eu-west", path, SHA])
     try:
         runpy.run_path(str(program), run_name="__main__")
     except SystemExit as stop:
         assert stop.code in (None, 0)
-    assert urls == ["rediss://:t@broker:6379/0"]
+    assert urls == ["rediss://:t@store:6379/0"]
     return calls
 
 

@@ -35,6 +35,7 @@ USER_DATA_VARIABLES: dict[str, Any] = {
     "drain_hook_name": "drain-running-jobs",
     "model_cache": "/var/cache/animfleet/models",
     "worker_models": "",
+    "worker_cell": "",
     "deployments_json": "",
     "deployments_sha256": "0" * 64,
 }
@@ -114,9 +115,17 @@ def test_user_data_sets_the_fleet_file_and_builds_tls_broker_urls() -> None:
     assert "ANIMFLEET_FLEET_FILE=/etc/animfleet/fleet.toml\n" in script
     assert "ANIMFLEET_LOG_LEVEL=info\n" in script
     assert "EnvironmentFile=/etc/animfleet/broker.env" in script
-    assert '"ANIMFLEET_REGION_" + name + "_BROKER_URL=rediss://:" + token' in script
-    assert '"/0?ssl_cert_reqs=required\\n"' in script
+    # The connection secret's variables, as they are, and nothing but connection variables.
+    assert 'lines.append(name + "=" + url + "\\n")' in script
+    assert '"^ANIMFLEET_REGION_[A-Z0-9_]+_(BROKER|STORE)_URL$"' in script
     assert 'write("/etc/animfleet/broker.env", "".join(lines), 0o600)' in script
+
+
+def test_a_cell_worker_knows_its_cell() -> None:
+    assert "ANIMFLEET_WORKER_CELL=eu-west-c2\n" in user_data(
+        ["worker"], "home", worker_cell="eu-west-c2"
+    )
+    assert "ANIMFLEET_WORKER_CELL" not in user_data(["worker"], "home")
 
 
 def test_fetch_config_script_compiles() -> None:
@@ -134,6 +143,8 @@ def rendered_fleet_toml() -> str:
             "bucket": f"animfleet-{name}-20250101",
             "output_prefix": "outputs/",
             "bucket_region": aws_region,
+            "store_url": "",
+            "cells": {},
         }
         for name, aws_region, latency in [
             ("us-east", "us-east-1", "ap-south = 190, eu-west = 80"),
