@@ -29,6 +29,18 @@ TERRAFORM = REPO / "infra" / "terraform"
 MODULE = Path("modules/region_fleet")
 EXAMPLE = Path("examples/multi_region")
 
+# The module's required variables, as a tfvars file: the inputs the tests that run Terraform on
+# the module start from.
+MODULE_TFVARS = """
+name               = "animfleet"
+fleet_region       = "us-east"
+aws_region         = "us-east-1"
+vpc_id             = "vpc-0123456789abcdef0"
+private_subnet_ids = ["subnet-0123456789abcdef0", "subnet-0123456789abcdef1"]
+package_spec       = "animfleet==0.1.0"
+model_artifacts    = { bucket = "models-us-east-1", prefix = "student/v1/" }
+"""
+
 # Actions that have no resource type: "*" is the narrowest resource they accept, so a statement
 # may use it only for them, and only with a condition that confines it.
 RESOURCELESS_ACTIONS = frozenset({"cloudwatch:PutMetricData"})
@@ -379,6 +391,40 @@ def check_broker_encrypted(root: Path) -> list[str]:
     return problems
 
 
+CONNECTION_SECRETS = frozenset(
+    {"${aws_secretsmanager_secret.connections.arn}", "${local.all_connection_secrets_arn}"}
+)
+
+
+def check_secrets_read_are_connection_secrets(root: Path) -> list[str]:
+    """Instances read the connection secrets and nothing else, and never manage the engines."""
+    problems = []
+    local_values = {
+        name: str(value)
+        for local_block in blocks(root / MODULE, "locals")
+        for name, value in local_block.body.items()
+    }
+    if not local_values.get("all_connection_secrets_arn", "").endswith("/connections-??????"):
+        problems.append("local all_connection_secrets_arn is not limited to connection secrets")
+    for document in blocks(root, "data"):
+        if document.type != "aws_iam_policy_document":
+            continue
+        for statement in _statements(document.body):
+            if statement.get("effect", "Allow") != "Allow":
+                continue
+            sid = statement.get("sid", "?")
+            actions = {str(a) for a in statement.get("actions", [])}
+            resources = {str(r) for r in statement.get("resources", [])}
+            if any(a.startswith("secretsmanager:") for a in actions) and not (
+                resources <= CONNECTION_SECRETS
+            ):
+                problems.append(f"{document} statement {sid}: reads secrets {sorted(resources)}")
+            engines = [a for a in actions if a.split(":")[0] in ("memorydb", "mq", "elasticache")]
+            if engines:
+                problems.append(f"{document} statement {sid}: instances may manage {engines}")
+    return problems
+
+
 def check_memorydb_store(root: Path) -> list[str]:
     """MemoryDB: TLS, KMS, a replica per shard, snapshots, an ACL of one scoped password user."""
     problems = []
@@ -549,6 +595,7 @@ ALL_CHECKS: list[Callable[[Path], list[str]]] = [
     check_volumes_encrypted,
     check_bucket_private,
     check_broker_encrypted,
+    check_secrets_read_are_connection_secrets,
     check_memorydb_store,
     check_rabbitmq_broker,
     check_secrets_stay_secret,

@@ -88,6 +88,27 @@ BREAKAGES = [
         frozenset({"CKV_AWS_30"}),
     ),
     Breakage(
+        "every-secret-readable",
+        f"{MODULE}/main.tf",
+        ":secret:${var.name}/*/connections-??????",
+        ":secret:*",
+        "not limited to connection secrets",
+    ),
+    Breakage(
+        "workers-read-another-secret",
+        f"{MODULE}/iam.tf",
+        "resources = [aws_secretsmanager_secret.connections.arn]",
+        "resources = [aws_secretsmanager_secret.connections.arn, var.bucket_kms_key_arn]",
+        "reads secrets",
+    ),
+    Breakage(
+        "workers-manage-memorydb",
+        f"{MODULE}/iam.tf",
+        'actions   = ["secretsmanager:GetSecretValue"]\n    resources = [aws_secretsmanager_secret',
+        'actions   = ["memorydb:Connect"]\n    resources = [aws_secretsmanager_secret',
+        "instances may manage ['memorydb:Connect']",
+    ),
+    Breakage(
         "memorydb-without-tls",
         f"{MODULE}/memorydb.tf",
         "tls_enabled = true",

@@ -103,7 +103,8 @@ def test_every_engine_and_cell_combination_plans_and_applies(tmp_path: Path) -> 
     validate = terraform("validate")
     assert validate.returncode == 0, validate.stdout + validate.stderr
 
-    result = terraform("test")
+    (module / "required.tfvars").write_text(checks.MODULE_TFVARS)
+    result = terraform("test", "-var-file=required.tfvars")
 
     runs = re.findall(r'run "(\w+)"\.\.\. (\w+)', result.stdout)
     assert result.returncode == 0, result.stdout + result.stderr

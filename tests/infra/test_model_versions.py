@@ -333,15 +333,6 @@ needs_terraform = pytest.mark.skipif(
     TERRAFORM is None, reason="the terraform binary is not installed"
 )
 
-BASE_TFVARS = """
-name               = "animfleet"
-fleet_region       = "us-east"
-aws_region         = "us-east-1"
-vpc_id             = "vpc-0123456789abcdef0"
-private_subnet_ids = ["subnet-0123456789abcdef0", "subnet-0123456789abcdef1"]
-package_spec       = "animfleet==0.1.0"
-model_artifacts    = { bucket = "models-us-east-1", prefix = "student/v1/" }
-"""
 
 GOOD = """
 model_versions = ["small@1", "small@2", "big@1"]
@@ -378,7 +369,7 @@ def terraform_root(tmp_path: Path) -> Path:
 
 
 def plan(root: Path, tfvars: str) -> subprocess.CompletedProcess[str]:
-    (root / "test.tfvars").write_text(BASE_TFVARS + tfvars)
+    (root / "test.tfvars").write_text(checks.MODULE_TFVARS + tfvars)
     return subprocess.run(
         [
             TERRAFORM or "terraform",

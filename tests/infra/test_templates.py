@@ -12,7 +12,7 @@ import pytest
 import terraform_checks as checks
 from hcl_template import TemplateError, render
 
-from animfleet.topology import Topology
+from animfleet.topology import Region, Topology
 
 USER_DATA = checks.TERRAFORM / checks.MODULE / "templates" / "user_data.sh.tftpl"
 FLEET_TOML = checks.TERRAFORM / checks.EXAMPLE / "templates" / "fleet.toml.tftpl"
@@ -205,3 +205,66 @@ def test_every_procfile_process_runs_in_a_terraform_group() -> None:
 
     assert "sweeper" in wanted  # its own process, not a side task of the webhook sender
     assert wanted <= deployed, f"in the Procfile, run by no instance group: {wanted - deployed}"
+
+
+def durable_fleet_toml() -> dict[str, Any]:
+    """us-east on MemoryDB cells and RabbitMQ; eu-west as before (one Redis for both)."""
+    memorydb = "rediss+cluster://clustercfg.animfleet-us-east-{}.abc.memorydb.us-east-1.amazonaws.com:6379?ssl_cert_reqs=required"
+    regions = {
+        "us-east": {
+            "broker_url": "amqps://b-1234.mq.us-east-1.amazonaws.com:5671",
+            "store_url": memorydb.format("c1"),
+            "cells": {"c1": memorydb.format("c1"), "c2": memorydb.format("c2")},
+            "latency_ms": "eu-west = 80",
+            "bucket": "animfleet-us-east-20250101",
+            "output_prefix": "outputs/",
+            "bucket_region": "us-east-1",
+        },
+        "eu-west": {
+            "broker_url": "rediss://master.eu-west.abc123.cache.amazonaws.com:6379/0?ssl_cert_reqs=required",
+            "store_url": "",
+            "cells": {},
+            "latency_ms": "",
+            "bucket": "animfleet-eu-west-20250101",
+            "output_prefix": "outputs/",
+            "bucket_region": "eu-west-1",
+        },
+    }
+    return tomllib.loads(render(FLEET_TOML.read_text(), {"regions": regions}))
+
+
+def test_fleet_toml_names_the_store_and_the_cells_where_they_differ_from_the_broker() -> None:
+    data = durable_fleet_toml()
+
+    us_east, eu_west = data["regions"]["us-east"], data["regions"]["eu-west"]
+    assert us_east["broker_url"] == "amqps://b-1234.mq.us-east-1.amazonaws.com:5671"
+    assert us_east["store_url"].startswith("rediss+cluster://clustercfg.animfleet-us-east-c1.")
+    assert sorted(us_east["cells"]) == ["c1", "c2"]
+    assert us_east["cells"]["c2"]["store_url"].startswith(
+        "rediss+cluster://clustercfg.animfleet-us-east-c2."
+    )
+    assert us_east["storage"]["bucket"] == "animfleet-us-east-20250101"
+    # One Redis for both: no store_url, no cells, the file as before.
+    assert "store_url" not in eu_west and "cells" not in eu_west
+    for region in data["regions"].values():
+        urls = [region["broker_url"], region.get("store_url", "")]
+        urls += [cell["store_url"] for cell in region.get("cells", {}).values()]
+        assert not any("@" in url for url in urls)
+
+
+@pytest.mark.skipif(
+    "store_url" not in Region.model_fields,
+    reason="animfleet.topology does not know store_url and cells yet (issue 31's code side)",
+)
+def test_the_dispatcher_loads_a_fleet_toml_with_stores_and_cells() -> None:
+    store = "rediss+cluster://app:pw@clustercfg.c1.memorydb:6379"
+
+    topology = Topology.from_mapping(
+        durable_fleet_toml(), env={"ANIMFLEET_REGION_US_EAST_STORE_URL": store}
+    )
+
+    us_east = topology.region("us-east").model_dump()
+    assert us_east["broker_url"] == "amqps://b-1234.mq.us-east-1.amazonaws.com:5671"
+    assert str(us_east["store_url"]) == store  # the instance's environment overrides the file
+    eu_west = topology.region("eu-west").model_dump()
+    assert eu_west["store_url"] in (None, eu_west["broker_url"])  # absent: the broker's Redis

@@ -1,5 +1,6 @@
 # Every store/broker/cell combination of modules/region_fleet, planned and applied against the
-# mocked AWS provider (tests/infra/test_engines.py copies the module next to this file).
+# mocked AWS provider (tests/infra/test_engines.py copies the module next to this file and passes
+# the required variables, terraform_checks.MODULE_TFVARS, with -var-file).
 mock_provider "aws" {
   mock_data "aws_caller_identity" {
     defaults = { account_id = "123456789012" }
@@ -43,16 +44,6 @@ mock_provider "aws" {
   mock_resource "aws_autoscaling_policy" {
     defaults = { arn = "arn:aws:autoscaling:us-east-1:123456789012:scalingPolicy:x" }
   }
-}
-
-variables {
-  name               = "animfleet"
-  fleet_region       = "us-east"
-  aws_region         = "us-east-1"
-  vpc_id             = "vpc-0123456789abcdef0"
-  private_subnet_ids = ["subnet-0123456789abcdef0", "subnet-0123456789abcdef1"]
-  package_spec       = "animfleet==0.1.0"
-  model_artifacts    = { bucket = "models-us-east-1", prefix = "student/v1/" }
 }
 
 run "elasticache_redis_whole_region" {
