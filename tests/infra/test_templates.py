@@ -252,19 +252,24 @@ def test_fleet_toml_names_the_store_and_the_cells_where_they_differ_from_the_bro
         assert not any("@" in url for url in urls)
 
 
-@pytest.mark.skipif(
-    "store_url" not in Region.model_fields,
-    reason="animfleet.topology does not know store_url and cells yet (issue 31's code side)",
-)
-def test_the_dispatcher_loads_a_fleet_toml_with_stores_and_cells() -> None:
+def test_the_dispatcher_loads_a_fleet_toml_with_a_store_of_its_own() -> None:
+    data = durable_fleet_toml()
+    del data["regions"]["us-east"]["cells"]  # see the next test
     store = "rediss+cluster://app:pw@clustercfg.c1.memorydb:6379"
 
-    topology = Topology.from_mapping(
-        durable_fleet_toml(), env={"ANIMFLEET_REGION_US_EAST_STORE_URL": store}
-    )
+    topology = Topology.from_mapping(data, env={"ANIMFLEET_REGION_US_EAST_STORE_URL": store})
 
-    us_east = topology.region("us-east").model_dump()
-    assert us_east["broker_url"] == "amqps://b-1234.mq.us-east-1.amazonaws.com:5671"
-    assert str(us_east["store_url"]) == store  # the instance's environment overrides the file
-    eu_west = topology.region("eu-west").model_dump()
-    assert eu_west["store_url"] in (None, eu_west["broker_url"])  # absent: the broker's Redis
+    us_east, eu_west = topology.region("us-east"), topology.region("eu-west")
+    assert us_east.broker_url == "amqps://b-1234.mq.us-east-1.amazonaws.com:5671"
+    assert us_east.store == store  # the instance's environment overrides the file
+    assert eu_west.store == eu_west.broker_url  # no store_url: the broker's Redis
+
+
+@pytest.mark.skipif(
+    "cells" not in Region.model_fields,
+    reason="animfleet.topology does not know cells yet (issue 31's code side)",
+)
+def test_the_dispatcher_loads_a_fleet_toml_with_cells() -> None:
+    topology = Topology.from_mapping(durable_fleet_toml(), env={})
+
+    assert topology.region("us-east").model_dump()["cells"]
