@@ -8,14 +8,14 @@ them over the cells). No GPU worker runs: each cell holds enough heartbeats that
 refuses, so every job is admitted onto its cell's queue and counted there.
 
 Measured: each Redis process's CPU time (``INFO cpu``, user + system) over its region's turns;
-the busiest Redis's figure per 1,000 submits of its region, and its ratio to the 1-cell figure
-(the load spreads; this 2-core machine cannot show wall-clock scaling), over all the rounds; the
-median of the rounds' own ratios (each against the 1-cell figure of the same round) is printed
-beside it (a round's busiest of 2 or 4 small figures is biased up by noise). Also printed: the
-same for the time spent executing commands alone (``INFO commandstats``). Bar: <= 0.6x at 2 cells, <= 0.35x at 4 cells, and every job accounted for (the
-records in each cell's store). Also
-printed: the submits/s at which one Redis would saturate a core (1-cell figure), the capacity
-``python -m tools.sim cells`` sizes a region with. Results in ``run/bench-cells/`` (JSON, PNG).
+the busiest Redis's figure per 1,000 submits of its region over all the rounds, and its ratio to
+the 1-cell figure (the load spreads; this 2-core machine cannot show wall-clock scaling). Beside
+it: the median of the rounds' own ratios (each against the 1-cell figure of the same round; a
+round's busiest of 2 or 4 small figures is biased up by noise), and the same for the time spent
+executing commands alone (``INFO commandstats``). Bar: <= 0.6x at 2 cells, <= 0.35x at 4 cells,
+and every job accounted for (the records in each cell's store). Also printed: the submits/s at
+which one Redis would saturate a core (the 1-cell figure), the capacity that
+``python -m tools.sim.cells`` sizes a region with. Results in ``run/bench-cells/`` (JSON, PNG).
 """
 
 from __future__ import annotations
