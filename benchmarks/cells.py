@@ -91,9 +91,11 @@ def tiny_png() -> bytes:
     return buffer.getvalue()
 
 
-def run_round(setup: Setup, image: bytes, tenants: list[str], count: int, threads: int = 1) -> None:
+def run_round(
+    setup: Setup, image: bytes, tenants: list[str], count: int, threads: int = 1, burst: int = 1
+) -> None:
     def submit(index: int) -> None:
-        tenant = tenants[(setup.submitted + index) % len(tenants)]
+        tenant = tenants[(setup.submitted + index) // burst % len(tenants)]
         setup.client.submit(image, "sway", home_region=setup.region, tenant=tenant, frames=2)
 
     before, commands = setup.cpu_now(), setup.command_s()
@@ -139,6 +141,7 @@ def main() -> None:
     parser.add_argument("--per-round", type=int, default=300)
     parser.add_argument("--tenants", type=int, default=1000)
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--burst", type=int, default=1, help="jobs per tenant in a row")
     parser.add_argument("--threads", type=int, default=1, help="submitting threads")
     parser.add_argument("--no-aof", action="store_true", help="Redis without its append-only file")
     parser.add_argument("--strict", action="store_true", help="exit 1 if a bar is missed")
@@ -171,7 +174,7 @@ def main() -> None:
         for round_index in tqdm(range(args.rounds), desc="rounds", unit="round"):
             shift = round_index % len(setups)
             for setup in setups[shift:] + setups[:shift]:
-                run_round(setup, image, tenants, args.per_round, args.threads)
+                run_round(setup, image, tenants, args.per_round, args.threads, args.burst)
         counted = {setup.region: setup.records() for setup in setups}
         for setup in setups:
             setup.client.close()
