@@ -7,7 +7,6 @@ job that finds its cell full goes to the sibling cell; every job completes, and 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -40,13 +39,6 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFleet]:
         yield running
 
 
-def wait_until(check: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"not within {timeout}s: {what}"
-        time.sleep(0.1)
-
-
 def test_tenants_keep_their_cells_and_a_full_cell_spills_to_its_sibling(
     fleet: LocalFleet, make_image: Callable[..., bytes]
 ) -> None:
@@ -76,8 +68,7 @@ def test_tenants_keep_their_cells_and_a_full_cell_spills_to_its_sibling(
         reader = Client(topology)  # a lookup from another dispatcher, by id alone
         try:
             ids = [job.id for job in jobs]
-            wait_until(lambda: all(reader.get(i).status.terminal for i in ids), "all jobs end")
-            records = [reader.get(job_id) for job_id in ids]
+            records = [reader.wait(job_id, timeout=120) for job_id in ids]
             assert {record.status for record in records} == {JobState.SUCCEEDED}
             assert reader.get("cells-first-1").region == C1
             for record in records:  # each record lives in the store of the cell that ran it

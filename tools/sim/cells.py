@@ -7,7 +7,8 @@ are never split, and a few tenants dominate real traffic. The tenants' rates fol
 (exponent ``--zipf``; 0 is uniform). A region needs the fewest cells whose busiest Redis stays
 below ``--headroom`` of the submits/s one Redis serves on a core: ``--capacity``, or the figure
 ``make bench-cells`` measured (``--bench run/bench-cells/result.json``). One tenant faster than
-that alone fits no number of cells: it is reported as such.
+that alone fits no number of cells: it is reported as such. ``animfleet plan --file TRACE
+--redis-capacity N`` (or ``--bench``) adds the same answer per region of a trace, at its peak.
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from animfleet.topology import Topology
+from tools.sim.traffic import TraceRates
 
 REGION = "region"
 
@@ -72,6 +76,29 @@ def cells_needed(
         if max(rates.values()) > headroom * capacity_per_s:
             break  # one tenant alone is over: more cells cannot help
     return None, tried
+
+
+def peak_rates(rates: TraceRates) -> dict[str, float]:
+    """Each region's busiest bin of a trace, in submits/s."""
+    peaks = np.asarray(rates.counts, dtype=np.float64).max(axis=0) / rates.bin_s
+    return {region: float(peak) for region, peak in zip(rates.regions, peaks, strict=True)}
+
+
+def format_cells(
+    peaks: dict[str, float], capacity_per_s: float, tenants: int, zipf: float, headroom: float
+) -> str:
+    """Per region: its peak submits/s and the cells it needs (``plan``'s cells table)."""
+    lines = [
+        f"cells per region: one Redis {capacity_per_s:.0f} submits/s on a core, headroom "
+        f"{headroom:.0%}, {tenants} tenants (Zipf {zipf:g}) per region",
+        f"{'region':<16}{'peak /s':>10}{'cells':>7}{'busiest cell':>14}",
+    ]
+    for region, peak in peaks.items():
+        needed, tried = cells_needed(tenant_rates(peak, tenants, zipf), capacity_per_s, headroom)
+        shown = "none fits" if needed is None else str(needed)
+        busiest = f"{tried[-1].utilization:.0%}" if tried else "-"
+        lines.append(f"{region:<16}{peak:>10.1f}{shown:>7}{busiest:>14}")
+    return "\n".join(lines)
 
 
 def capacity_from_bench(path: Path) -> float:

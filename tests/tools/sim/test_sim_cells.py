@@ -39,3 +39,18 @@ def test_the_command_reads_the_bench_capacity(
     assert main(["--rate", "9000", "--bench", str(result), "--zipf", "0"]) == 0
     out = capsys.readouterr().out
     assert "cells needed: 3" in out  # 9,000/s over 3,500/s per Redis (70 % of 5,000)
+
+
+def test_plan_sizes_each_regions_cells_at_its_peak(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from launcher.command import main as animfleet
+
+    trace = tmp_path / "rates.csv"
+    # us-east peaks at 20,000 submits/s (minute 1), eu-west at 500
+    trace.write_text("minute,region,jobs\n0,us-east,60000\n1,us-east,1200000\n1,eu-west,30000\n")
+    argv = ["plan", "--file", str(trace), "--verify-minutes", "0", "--redis-capacity", "8000"]
+    animfleet([*argv, "--zipf", "0"])
+    table = capsys.readouterr().out.split("cells per region")[1]
+    rows = {line.split()[0]: line.split()[1:3] for line in table.splitlines()[2:]}
+    assert rows == {"us-east": ["20000.0", "4"], "eu-west": ["500.0", "1"]}
