@@ -138,7 +138,13 @@ def plot(setups: list[Setup], path: Path) -> None:
         figures = sorted((s / setup.submitted * 1e6 for s in setup.cpu_s.values()), reverse=True)
         width = 0.8 / len(figures)
         for index, value in enumerate(figures):
-            axes.bar(position - 0.4 + width * (index + 0.5), value, width, color="tab:blue")
+            axes.bar(
+                position - 0.4 + width * (index + 0.5),
+                value,
+                width,
+                color="tab:blue",
+                edgecolor="white",
+            )
     baseline = setups[0].busiest_ms_per_1000()
     for cells, bar in BARS.items():
         axes.axhline(baseline * bar, linestyle="--", color="gray", linewidth=0.8)
