@@ -21,16 +21,19 @@ heartbeats, idempotency: a Redis, or a Redis Cluster such as MemoryDB with a
 A region may be split into **cells** (``cells = N``): cell ``k`` is a unit of its own named
 ``<region>-c<k>`` (``us-east-c1``), with its own broker, store, queue ``animate.<cell>``,
 workers, scheduler and sweeper, and every per-region part of the fleet runs per cell. A cell
-takes the region's table (storage, latency) and its own table overrides it; each cell needs its
-own store, since one Redis is what a cell exists to divide::
+takes the region's table (broker, store, storage, latency) and its own table overrides it; each
+cell needs its own store, since one Redis is what a cell exists to divide. The cells' tables
+are either under the region (as the Terraform module writes them; their keys name the cells)::
 
     [regions.us-east]
-    cells = 2
+    broker_url = "amqps://b-1.mq.us-east-1.amazonaws.com:5671"  # one broker, a queue per cell
     latency_ms = { eu-west = 80 }
     [regions.us-east.cells.c1]
-    broker_url = "redis://10.0.0.5:6379/0"
+    store_url = "redis://10.0.0.5:6379/0"
     [regions.us-east.cells.c2]
-    broker_url = "redis://10.0.0.6:6379/0"
+    store_url = "redis://10.0.0.6:6379/0"
+
+or a count, ``cells = 2``, with each cell's table under its own name, ``[regions.us-east-c1]``.
 
 :attr:`Topology.regions` holds the units (cells, and regions not split); the region name a
 caller gives (``us-east``) maps to its cells (:meth:`Topology.cells_of`). Sibling cells are 0 ms
@@ -254,8 +257,9 @@ class Topology(BaseModel):
                 regions[name] = _region(name, dict(raw), env)
                 continue
             base = {key: value for key, value in raw.items() if key != "cells"}
+            inline = _table(count) if isinstance(count, Mapping) else {}
             for cell in _cell_names(name, count):
-                own = cell_tables.get(cell, {})
+                own = {**_table(inline.get(cell[len(name) + 1 :])), **cell_tables.get(cell, {})}
                 fields = {**base, **own, "cell_of": name}
                 fields["storage"] = {**_table(base.get("storage")), **_table(own.get("storage"))}
                 regions[cell] = _region(cell, fields, env)
@@ -273,10 +277,18 @@ class Topology(BaseModel):
 CELL_NAME = re.compile(r"^(?P<region>.+)-c(?P<index>[1-9][0-9]*)$")
 
 
-def _cell_names(region: str, count: object) -> list[str]:
-    if type(count) is not int or not 1 <= count <= 64:
-        raise ValueError(f"region {region!r}: cells must be a whole number 1-64, got {count!r}")
-    return [f"{region}-c{index}" for index in range(1, count + 1)]
+def _cell_names(region: str, cells: object) -> list[str]:
+    """A split region's cells: ``cells = N`` names c1..cN; a table of cell tables
+    (``[regions.us-east.cells.c1]``, as the Terraform module writes) names its keys."""
+    if isinstance(cells, Mapping):
+        keys = [str(key) for key in cells]
+        wrong = [key for key in keys if not re.fullmatch(r"c[1-9][0-9]*", key)]
+        if not keys or wrong or len(keys) > 64:
+            raise ValueError(f"region {region!r}: cells are named c1, c2, ... (got {keys})")
+        return [f"{region}-{key}" for key in keys]
+    if type(cells) is not int or not 1 <= cells <= 64:
+        raise ValueError(f"region {region!r}: cells must be a whole number 1-64, got {cells!r}")
+    return [f"{region}-c{index}" for index in range(1, cells + 1)]
 
 
 def _cell_tables(tables: Mapping[str, Mapping[str, object]]) -> dict[str, Mapping[str, object]]:

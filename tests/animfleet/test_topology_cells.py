@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tomllib
 from collections import Counter
 
 import pytest
@@ -97,3 +98,31 @@ def test_a_tenant_keeps_its_cell_and_tenants_spread_over_the_cells() -> None:
     grown = Topology.from_mapping(split(5), env={})
     moved = [t for t in tenants if grown.cell_for("us-east", t) != cells[t]]
     assert moved and all(grown.cell_for("us-east", t) == "us-east-c5" for t in moved)
+
+
+def test_the_terraform_modules_fleet_file_loads_as_cells() -> None:
+    fleet = """
+    [regions.us-east]
+    broker_url = "amqps://b-1234.mq.us-east-1.amazonaws.com:5671"
+    store_url = "rediss+cluster://clustercfg.animfleet-us-east-c1.memorydb:6379"
+    latency_ms = { eu-west = 80 }
+    [regions.us-east.storage]
+    bucket = "animfleet-us-east"
+    [regions.us-east.cells.c1]
+    store_url = "rediss+cluster://clustercfg.animfleet-us-east-c1.memorydb:6379"
+    [regions.us-east.cells.c2]
+    store_url = "rediss+cluster://clustercfg.animfleet-us-east-c2.memorydb:6379"
+    [regions.eu-west]
+    broker_url = "rediss://master.eu-west.cache.amazonaws.com:6379/0"
+    """
+    env = {"ANIMFLEET_REGION_US_EAST_C2_STORE_URL": "rediss+cluster://app:pw@c2.memorydb:6379"}
+    topology = Topology.from_mapping(tomllib.loads(fleet), env=env)
+    assert topology.cells_of("us-east") == ["us-east-c1", "us-east-c2"]
+    c1, c2 = topology.region("us-east-c1"), topology.region("us-east-c2")
+    assert c1.broker_url == c2.broker_url  # one broker; each cell its own queue on it
+    assert (c1.queue, c2.queue) == ("animate.us-east-c1", "animate.us-east-c2")
+    assert c1.store.startswith("rediss+cluster://clustercfg.animfleet-us-east-c1.")
+    assert c2.store == "rediss+cluster://app:pw@c2.memorydb:6379"  # the instance's secret
+    assert c2.storage.bucket == "animfleet-us-east" and c2.latency_ms == {"eu-west": 80}
+    with pytest.raises(ValueError, match="cells are named c1, c2"):
+        Topology.from_mapping({"regions": {"r": {"cells": {"blue": {}}}}}, env={})
