@@ -287,3 +287,9 @@ clean:
 BATCHING_SIZE ?= 32
 bench-batching: venv
 	nice -n 10 $(PY) -m benchmarks.batching_bench --size $(BATCHING_SIZE)
+
+# The same submit load against a region of 1, 2 and 4 cells, each its own redis-server: the
+# busiest Redis's CPU time per 1,000 submits vs 1 cell (PASS/FAIL), run/bench-cells/cells.png.
+.PHONY: bench-cells
+bench-cells: venv
+	$(PY) -m benchmarks.cells

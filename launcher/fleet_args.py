@@ -36,6 +36,13 @@ def region_in(topology: Topology, name: str) -> Region:
 
 
 def regions_of(args: argparse.Namespace, names: list[str] | None) -> list[Region]:
-    """The regions named (all when none), each checked."""
+    """The regions named (all when none), each checked; a region split into cells names its
+    cells."""
     topology = topology_of(args)
-    return [region_in(topology, name) for name in names or topology.names]
+    units: list[str] = []
+    for name in names or topology.names:
+        try:
+            units += topology.cells_of(name)
+        except KeyError as error:
+            raise CliError(str(error.args[0]), EX_USAGE) from None
+    return [region_in(topology, unit) for unit in dict.fromkeys(units)]

@@ -6,7 +6,7 @@ import io
 import os
 import struct
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +44,26 @@ def redis_client(servers: LocalFleet) -> Iterator[redis.Redis]:
     client.flushdb()
     yield client
     client.flushdb()
+
+
+EmptyDbs = Callable[[Mapping[str, int]], dict[str, redis.Redis]]
+
+
+@pytest.fixture
+def empty_dbs(servers: LocalFleet) -> Iterator[EmptyDbs]:
+    """Empty databases of the private Redis by name (``{"b1": 13}``), emptied again after."""
+    opened: list[redis.Redis] = []
+
+    def open_dbs(numbers: Mapping[str, int]) -> dict[str, redis.Redis]:
+        clients = {name: redis.Redis(port=servers.redis_port, db=n) for name, n in numbers.items()}
+        for client in clients.values():
+            client.flushdb()
+        opened.extend(clients.values())
+        return clients
+
+    yield open_dbs
+    for client in opened:
+        client.flushdb()
 
 
 @pytest.fixture(scope="session")
