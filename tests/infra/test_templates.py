@@ -12,7 +12,7 @@ import pytest
 import terraform_checks as checks
 from hcl_template import TemplateError, render
 
-from animfleet.topology import Region, Topology
+from animfleet.topology import Topology
 
 USER_DATA = checks.TERRAFORM / checks.MODULE / "templates" / "user_data.sh.tftpl"
 FLEET_TOML = checks.TERRAFORM / checks.EXAMPLE / "templates" / "fleet.toml.tftpl"
@@ -265,11 +265,10 @@ def test_the_dispatcher_loads_a_fleet_toml_with_a_store_of_its_own() -> None:
     assert eu_west.store == eu_west.broker_url  # no store_url: the broker's Redis
 
 
-@pytest.mark.skipif(
-    "cells" not in Region.model_fields,
-    reason="animfleet.topology does not know cells yet (issue 31's code side)",
-)
 def test_the_dispatcher_loads_a_fleet_toml_with_cells() -> None:
     topology = Topology.from_mapping(durable_fleet_toml(), env={})
 
-    assert topology.region("us-east").model_dump()["cells"]
+    cells = topology.cells_of("us-east")
+    assert cells == ["us-east-c1", "us-east-c2"]
+    stores = {topology.region(cell).store for cell in cells}
+    assert len(stores) == 2  # each cell its own store
