@@ -35,6 +35,25 @@ def region_in(topology: Topology, name: str) -> Region:
         raise CliError(str(error.args[0]), EX_USAGE) from None
 
 
+def unit_in(topology: Topology, name: str, cell: str | None = None) -> Region:
+    """The unit a one-unit process serves (a worker, a gateway, a webhook sender): ``name``
+    itself, or for a region split into cells, ``cell`` (the host's cell, e.g. from
+    ``ANIMFLEET_WORKER_CELL``), else its first cell when ``cell`` is ``""``."""
+    try:
+        cells = topology.cells_of(name)
+    except KeyError as error:
+        raise CliError(str(error.args[0]), EX_USAGE) from None
+    if cells == [name]:
+        return region_in(topology, name)
+    if cell is None:
+        raise CliError(
+            f"region {name!r} is split into cells {cells}: name one with --region", EX_USAGE
+        )
+    if cell and cell not in cells:
+        raise CliError(f"cell {cell!r} is not one of region {name!r}'s cells {cells}", EX_USAGE)
+    return region_in(topology, cell or cells[0])
+
+
 def regions_of(args: argparse.Namespace, names: list[str] | None) -> list[Region]:
     """The regions named (all when none), each checked; a region split into cells names its
     cells."""

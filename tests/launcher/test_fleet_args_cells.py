@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from launcher.command_errors import CliError
-from launcher.fleet_args import regions_of
+from launcher.fleet_args import regions_of, topology_of, unit_in
 
 FLEET = """
 [regions.us-east]
@@ -35,3 +35,17 @@ def test_a_split_region_names_its_cells(tmp_path: Path) -> None:
     assert [r.name for r in regions_of(args, None)] == ["us-east-c1", "us-east-c2", "eu-west"]
     with pytest.raises(CliError, match="unknown region 'ap-south'"):
         regions_of(args, ["ap-south"])
+
+
+def test_a_one_unit_process_of_a_split_region_serves_its_cell(tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(FLEET)
+    topology = topology_of(argparse.Namespace(fleet=str(fleet)))
+    assert unit_in(topology, "us-east", "us-east-c2").name == "us-east-c2"  # the host's cell
+    assert unit_in(topology, "us-east", "").name == "us-east-c1"  # a gateway: any cell serves
+    assert unit_in(topology, "us-east-c2").name == "us-east-c2"
+    assert unit_in(topology, "eu-west").name == "eu-west"
+    with pytest.raises(CliError, match=r"split into cells \['us-east-c1', 'us-east-c2'\]"):
+        unit_in(topology, "us-east")  # a worker must know its cell
+    with pytest.raises(CliError, match="'eu-west' is not one of region 'us-east'"):
+        unit_in(topology, "us-east", "eu-west")
