@@ -37,7 +37,8 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A tiny student with fp32 AOT packages for BUCKET, and another with other weights."""
     root = tmp_path_factory.mktemp("models")
     student, other = tiny_student(root / "student"), tiny_student(root / "other", seed=1)
-    compile_model(student, [BUCKET], Choice(compile=True), progress=lambda _: None)
+    # Static only: the dynamic package is tests/tools/test_aot_coverage.py's.
+    compile_model(student, [BUCKET], Choice(compile=True), progress=lambda _: None, dynamic=False)
     return student, other
 
 
