@@ -22,6 +22,7 @@ from tests.workers.model.tiny import tiny_student
 from tools.serving.compile import compile_model, served_sizes
 from tools.serving.tune import base_variant
 from workers.model import Animator
+from workers.model.networks.motion_unet import linspace, pixel_centres
 from workers.model.pipelines.masked import size_multiple
 from workers.model.pipelines.render import working_size
 from workers.model.runtime.aot import AOT_DIR, MANIFEST, AOTDenoiser, SizeRange
@@ -183,3 +184,18 @@ def test_a_peer_fetches_published_packages_from_the_bucket(student: Path, tmp_pa
     assert bucket.fetch(late, "fp32").startswith("none in the bucket")
     unshared = Animator(late, compile=True, aot=True, jit=False, shared_packages=bucket)
     assert unshared.compiled is None and "no artifact" in unshared.aot_status
+
+
+def test_exported_coordinate_grids_follow_the_size() -> None:
+    """Exported with a symbolic width, the grid is linspace's at every width (not the
+    example's), to float rounding."""
+
+    class Grid(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return linspace(-1, 1, x.shape[-1]) + pixel_centres(8, x.shape[-1])[0, :, 0]
+
+    width = torch.export.Dim("width", min=2, max=64)
+    program = torch.export.export(Grid(), (torch.zeros(1, 16),), dynamic_shapes=({1: width},))
+    for size in (2, 8, 40, 64):
+        expected = torch.linspace(-1, 1, size) + pixel_centres(8, size)[0, :, 0]
+        torch.testing.assert_close(program.module()(torch.zeros(1, size)), expected)
