@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 .PHONY: venv lock docs browser test-sdk test-sdk-ts generate-sdk-ts generate-sdk-sync fuzz-api demo test test-unit test-e2e test-faults loadtest lint typecheck clean bench \
 	bench-model bench-overhead bench-gateway bench-dispatch simulate sim-templates bench-placement \
 	bench-scale \
-	tune-model compile-model bench-boot bench-versions eval-served
+	tune-model compile-model bench-aot bench-boot bench-versions eval-served
 
 TORCH := torch==2.13.0
 LOCK := requirements.lock
@@ -150,7 +150,8 @@ typecheck: venv
 bench-model: venv
 	$(PY) -m benchmarks.bench_model
 
-# The served student's serving profile (serving_profile.json) and AOT packages for this device.
+# The served student's serving profile (serving_profile.json) and AOT packages for this device:
+# a static package per listed bucket and one dynamic-shape package for every other working size.
 SERVED_MODEL ?= animfleet-small-distilled
 SERVED_BUCKETS ?= 8x64x64,8x32x32
 tune-model: venv
@@ -158,6 +159,10 @@ tune-model: venv
 
 compile-model: venv
 	$(PY) -m launcher model compile --model $(SERVED_MODEL) --buckets $(SERVED_BUCKETS)
+
+# Each bucket (square, non-square, masked-box sizes) eager vs its AOT package: ratio, PSNR.
+bench-aot: venv
+	$(PY) -m benchmarks.bench_aot --model $(SERVED_MODEL)
 
 # Worker boot to first job: AOT artifact vs torch.compile at boot (cold cache) vs eager.
 bench-boot: venv
