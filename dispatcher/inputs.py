@@ -6,6 +6,7 @@ import io
 from typing import Annotated, Any
 
 from PIL import Image, UnidentifiedImageError
+from PIL.PngImagePlugin import PngImageFile
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -40,6 +41,7 @@ from animfleet_api.fields import (
     small_metadata,
 )
 from dispatcher.errors import DispatcherError
+from dispatcher.png_pixels import pixels_intact
 
 ALLOWED_FORMATS = ("PNG", "JPEG", "WEBP")
 MAX_IMAGE_BYTES = 10 * 2**20
@@ -82,7 +84,8 @@ def check_image(data: bytes, field: str = "image") -> tuple[str, int, int]:
     """Return (format, width, height) of a safe-to-decode image, or raise :class:`InvalidInput`.
 
     The header is read first, so a decompression bomb is refused before any pixel is decoded;
-    then the whole image is decoded, so a truncated file is refused here rather than on a GPU.
+    then the whole image is decoded (a plain PNG's pixel stream inflated and its rows checked,
+    :mod:`dispatcher.png_pixels`), so a truncated file is refused here rather than on a GPU.
     ``field``: the request field errors name (another image of the job, e.g. a control image).
     """
     if not isinstance(data, bytes | bytearray):
@@ -106,7 +109,10 @@ def check_image(data: bytes, field: str = "image") -> tuple[str, int, int]:
                     f"is {width}x{height} pixels; the limit is {MAX_IMAGE_PIXELS} pixels "
                     f"and {MAX_IMAGE_SIDE} per side",
                 )
-            image.load()
+            # A plain PNG's pixel stream is checked without unpacking it into an image; any
+            # other image (or a PNG that check cannot vouch for) is decoded in full.
+            if not (isinstance(image, PngImageFile) and pixels_intact(bytes(data), image)):
+                image.load()
     except InvalidInput:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
