@@ -3,7 +3,8 @@
 redis-py's ``Script`` call goes through the client's command machinery: a pooled connection
 checked for stray data with a ``poll`` each time, retry wrappers and metrics hooks, about twice
 the client CPU of the round trip itself for a submit's admission. :class:`HotScript` keeps a few
-connections of its own (one per thread calling at once) and writes ``EVALSHA`` straight to one.
+connections of its own (one per thread calling at once) and writes ``EVALSHA``, packed by
+hiredis, straight to one.
 Whatever goes wrong (an unknown script, a broken connection) is handed to redis-py's ``Script``
 with the client's retries, so the outcome is the one the plain call would have had.
 """
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis
-from redis.connection import AbstractConnection
+from hiredis import pack_command
 from redis.exceptions import NoScriptError
 
 
@@ -25,19 +26,21 @@ class HotScript:
     def __init__(self, client: redis.Redis, source: str) -> None:
         self.script = client.register_script(source)
         self._pool = client.connection_pool
-        self._idle: list[AbstractConnection] = []  # list.pop/append are atomic: thread-safe
+        # redis-py's connections (untyped); list.pop/append are atomic: thread-safe.
+        self._idle: list[Any] = []
         self._pid = os.getpid()
 
     def __call__(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         if self._pid != os.getpid():  # a forked child never shares its parent's sockets
             self._idle, self._pid = [], os.getpid()
+        connection: Any
         try:
             connection = self._idle.pop()
         except IndexError:
             connection = self._pool.connection_class(**self._pool.connection_kwargs)
         try:
-            command = connection.pack_command("EVALSHA", self.script.sha, len(keys), *keys, *args)
-            connection.send_packed_command(command, check_health=False)
+            command = pack_command(("EVALSHA", self.script.sha, len(keys), *keys, *args))
+            connection.send_packed_command([command], check_health=False)
             answer = connection.read_response()
         except NoScriptError:  # the reply was read whole: the connection stays usable
             self._idle.append(connection)
