@@ -40,7 +40,7 @@ class HotScript:
             connection = self._pool.connection_class(**self._pool.connection_kwargs)
         try:
             command = pack_command(("EVALSHA", self.script.sha, len(keys), *keys, *args))
-            connection.send_packed_command([command], check_health=False)
+            connection.send_packed_command([command])  # pings first if idle long
             answer = connection.read_response()
         except NoScriptError:  # the reply was read whole: the connection stays usable
             self._idle.append(connection)
