@@ -6,7 +6,8 @@ the client CPU of the round trip itself for a submit's admission. :class:`HotScr
 connections of its own (one per thread calling at once) and writes ``EVALSHA``, packed by
 hiredis, straight to one.
 Whatever goes wrong (an unknown script, a broken connection) is handed to redis-py's ``Script``
-with the client's retries, so the outcome is the one the plain call would have had.
+with the client's retries, so the outcome is the one the plain call would have had. A cluster
+client (:mod:`animfleet.region.store_client`) routes by slot: it gets the plain call.
 """
 
 from __future__ import annotations
@@ -25,12 +26,15 @@ class HotScript:
 
     def __init__(self, client: redis.Redis, source: str) -> None:
         self.script = client.register_script(source)
-        self._pool = client.connection_pool
+        # One server behind one pool: a cluster client (typed as Redis) has neither.
+        self._pool = client.connection_pool if isinstance(client, redis.Redis) else None
         # redis-py's connections (untyped); list.pop/append are atomic: thread-safe.
         self._idle: list[Any] = []
         self._pid = os.getpid()
 
     def __call__(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        if self._pool is None:
+            return self.script(keys=keys, args=args)
         if self._pid != os.getpid():  # a forked child never shares its parent's sockets
             self._idle, self._pid = [], os.getpid()
         connection: Any
