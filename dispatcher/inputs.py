@@ -41,7 +41,7 @@ from animfleet_api.fields import (
     small_metadata,
 )
 from dispatcher.errors import DispatcherError
-from dispatcher.png_pixels import pixels_intact
+from dispatcher.png_pixels import bare_png_header, pixels_intact
 
 ALLOWED_FORMATS = ("PNG", "JPEG", "WEBP")
 MAX_IMAGE_BYTES = 10 * 2**20
@@ -94,16 +94,18 @@ def check_image(data: bytes, field: str = "image") -> tuple[str, int, int]:
         raise InvalidInput(field, "is empty")
     if len(data) > MAX_IMAGE_BYTES:
         raise InvalidInput(field, f"is {len(data)} bytes; the limit is {MAX_IMAGE_BYTES}")
+    data = bytes(data)
+    # A bare PNG within the limits is read as Pillow would read it, without Pillow; an image
+    # that check cannot vouch for (and every refusal) goes the way below.
+    size = bare_png_header(data)
+    if size is not None and _within_limits(*size) and pixels_intact(data):
+        return "PNG", *size
     try:
         # Only the three formats' parsers ever see the bytes; the size is checked against our
         # own limit (far below Pillow's bomb warning) before a pixel is decoded.
         with Image.open(io.BytesIO(data), formats=ALLOWED_FORMATS) as image:
             fmt, (width, height) = image.format or "?", image.size
-            if (
-                width > MAX_IMAGE_SIDE
-                or height > MAX_IMAGE_SIDE
-                or width * height > MAX_IMAGE_PIXELS
-            ):
+            if not _within_limits(width, height):
                 raise InvalidInput(
                     field,
                     f"is {width}x{height} pixels; the limit is {MAX_IMAGE_PIXELS} pixels "
@@ -111,7 +113,7 @@ def check_image(data: bytes, field: str = "image") -> tuple[str, int, int]:
                 )
             # A plain PNG's pixel stream is checked without unpacking it into an image; any
             # other image (or a PNG that check cannot vouch for) is decoded in full.
-            if not (isinstance(image, PngImageFile) and pixels_intact(bytes(data), image)):
+            if not (isinstance(image, PngImageFile) and pixels_intact(data, image)):
                 image.load()
     except InvalidInput:
         raise
@@ -124,6 +126,12 @@ def check_image(data: bytes, field: str = "image") -> tuple[str, int, int]:
     except (OSError, SyntaxError, ValueError) as error:
         raise InvalidInput(field, f"could not be decoded: {error}") from None
     return fmt, width, height
+
+
+def _within_limits(width: int, height: int) -> bool:
+    return (
+        width <= MAX_IMAGE_SIDE and height <= MAX_IMAGE_SIDE and width * height <= MAX_IMAGE_PIXELS
+    )
 
 
 class AnimationRequest(BaseModel):

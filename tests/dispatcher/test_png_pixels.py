@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from PIL import Image, PngImagePlugin
 
 from dispatcher.inputs import InvalidInput, check_image
-from dispatcher.png_pixels import pixels_intact
+from dispatcher.png_pixels import _DEPTHS, bare_png_header, pixels_intact
 
 SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # Adam7's passes: first column, first row, column step, row step.
@@ -140,7 +140,8 @@ def damaged_pngs(draw: st.DrawFn) -> bytes:
     height, width = draw(st.integers(1, 12)), draw(st.integers(1, 12))
     pixels = np.random.default_rng(draw(st.integers(0, 3))).integers(0, 4, (height, width, 3))
     data = bytearray(rgb_png(pixels.astype(np.uint8), split=draw(st.integers(1, 3))))
-    start, end = 33, len(data) - 12  # the IDAT chunks, headers included
+    # The IDAT chunks, headers included; or from the header chunk on.
+    start, end = draw(st.sampled_from([8, 33])), len(data) - 12
     for _ in range(draw(st.integers(1, 3))):
         at = draw(st.integers(start, end - 1))
         kind = draw(st.sampled_from(["flip", "cut", "splice"]))
@@ -162,14 +163,37 @@ def test_what_it_vouches_for_pillow_decodes(data: bytes) -> None:
     try:
         with Image.open(io.BytesIO(data)) as image:
             assert isinstance(image, PngImagePlugin.PngImageFile)
-            intact = pixels_intact(data, image)
+            intact, size = pixels_intact(data, image), image.size
     except (OSError, SyntaxError, ValueError):
-        return  # the header itself broke: Pillow refuses it before any pixel check
-    if intact:
+        intact, size = False, None  # the header itself broke: Pillow refuses to open it
+    if intact or (bare_png_header(data) and pixels_intact(data)):
         assert pillow_decodes(data)
     try:
-        check_image(data)
+        checked = check_image(data)
     except InvalidInput:
         assert not pillow_decodes(data)  # a refusal is always Pillow's own
     else:
-        assert pillow_decodes(data)
+        assert pillow_decodes(data) and size is not None and checked == ("PNG", *size)
+
+
+def test_a_bare_png_is_read_without_pillow_as_pillow_reads_it() -> None:
+    bare = rgb_png(PIXELS, split=2)
+    assert bare_png_header(bare) == (13, 21) and vouched(bare) and pixels_intact(bare)
+    assert bare_png_header(pillow_png("RGB", (30, 20))) == (30, 20)  # what Pillow writes
+    # A palette before the pixels, a broken header checksum: left to Pillow.
+    assert bare_png_header(pillow_png("P", (30, 20))) is None
+    broken = bytearray(bare)
+    broken[30] ^= 1  # the header's CRC
+    assert bare_png_header(bytes(broken)) is None
+    with pytest.raises(InvalidInput, match="image: is not a PNG"):  # Pillow's verdict
+        check_image(bytes(broken))
+    # Every depth PNG defines per colour type is one Pillow reads, and only those.
+    assert set(PngImagePlugin._MODES) == _DEPTHS
+
+
+def test_a_bare_png_beyond_the_limits_is_refused_as_before() -> None:
+    wide = SIGNATURE + chunk(b"IHDR", struct.pack(">IIBBBBB", 9000, 1, 8, 2, 0, 0, 0))
+    wide += chunk(b"IDAT", zlib.compress(bytes(27001))) + chunk(b"IEND", b"")
+    assert bare_png_header(wide) == (9000, 1)
+    with pytest.raises(InvalidInput, match="is 9000x1 pixels; the limit is"):
+        check_image(wide)
