@@ -6,6 +6,7 @@ import io
 from typing import Annotated, Any
 
 from PIL import Image, UnidentifiedImageError
+from PIL.PngImagePlugin import PngImageFile
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -40,6 +41,7 @@ from animfleet_api.fields import (
     small_metadata,
 )
 from dispatcher.errors import DispatcherError
+from dispatcher.png_pixels import bare_png_header, pixels_intact
 
 ALLOWED_FORMATS = ("PNG", "JPEG", "WEBP")
 MAX_IMAGE_BYTES = 10 * 2**20
@@ -82,7 +84,8 @@ def check_image(data: bytes, field: str = "image") -> tuple[str, int, int]:
     """Return (format, width, height) of a safe-to-decode image, or raise :class:`InvalidInput`.
 
     The header is read first, so a decompression bomb is refused before any pixel is decoded;
-    then the whole image is decoded, so a truncated file is refused here rather than on a GPU.
+    then the whole image is decoded (a plain PNG's pixel stream inflated and its rows checked,
+    :mod:`dispatcher.png_pixels`), so a truncated file is refused here rather than on a GPU.
     ``field``: the request field errors name (another image of the job, e.g. a control image).
     """
     if not isinstance(data, bytes | bytearray):
@@ -91,22 +94,27 @@ def check_image(data: bytes, field: str = "image") -> tuple[str, int, int]:
         raise InvalidInput(field, "is empty")
     if len(data) > MAX_IMAGE_BYTES:
         raise InvalidInput(field, f"is {len(data)} bytes; the limit is {MAX_IMAGE_BYTES}")
+    data = bytes(data)
+    # A bare PNG within the limits is read as Pillow would read it, without Pillow; an image
+    # that check cannot vouch for (and every refusal) goes the way below.
+    size = bare_png_header(data)
+    if size is not None and _within_limits(*size) and pixels_intact(data):
+        return "PNG", *size
     try:
         # Only the three formats' parsers ever see the bytes; the size is checked against our
         # own limit (far below Pillow's bomb warning) before a pixel is decoded.
         with Image.open(io.BytesIO(data), formats=ALLOWED_FORMATS) as image:
             fmt, (width, height) = image.format or "?", image.size
-            if (
-                width > MAX_IMAGE_SIDE
-                or height > MAX_IMAGE_SIDE
-                or width * height > MAX_IMAGE_PIXELS
-            ):
+            if not _within_limits(width, height):
                 raise InvalidInput(
                     field,
                     f"is {width}x{height} pixels; the limit is {MAX_IMAGE_PIXELS} pixels "
                     f"and {MAX_IMAGE_SIDE} per side",
                 )
-            image.load()
+            # A plain PNG's pixel stream is checked without unpacking it into an image; any
+            # other image (or a PNG that check cannot vouch for) is decoded in full.
+            if not (isinstance(image, PngImageFile) and pixels_intact(data, image)):
+                image.load()
     except InvalidInput:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
@@ -118,6 +126,12 @@ def check_image(data: bytes, field: str = "image") -> tuple[str, int, int]:
     except (OSError, SyntaxError, ValueError) as error:
         raise InvalidInput(field, f"could not be decoded: {error}") from None
     return fmt, width, height
+
+
+def _within_limits(width: int, height: int) -> bool:
+    return (
+        width <= MAX_IMAGE_SIDE and height <= MAX_IMAGE_SIDE and width * height <= MAX_IMAGE_PIXELS
+    )
 
 
 class AnimationRequest(BaseModel):

@@ -37,6 +37,7 @@ from animfleet.region.keys import (
     TENANT_JOBS,
     WORKER_SET,
 )
+from animfleet.region.script_call import HotScript
 
 
 class AdmissionOutcome(IntEnum):
@@ -183,7 +184,7 @@ class AdmissionScript:
     def __init__(self, client: redis.Redis, region: str) -> None:
         self.redis, self.region = client, region
         self.backlog = Backlog(client, region)
-        self._script = client.register_script(_ADMIT)
+        self._script = HotScript(client, _ADMIT)  # every submit calls it: the lean call
 
     def admit(
         self,

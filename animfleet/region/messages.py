@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import base64
 import json
-import uuid
+import os
+import re
 from typing import Any
 
 from celery import Celery
@@ -36,7 +37,7 @@ class AnimateMessages:
             task_ignore_result=True,
         )
         self._channel: Any = None
-        self._template: tuple[str, str, str, str] | None = None
+        self._template: _Template | None = None
 
     def build(self, job_id: str) -> str:
         """The Celery protocol-2 message for ``animate(job_id)``, as kombu's Redis transport
@@ -60,17 +61,40 @@ class AnimateMessages:
         """:meth:`build` for ``job_id``, from a template kombu built once.
 
         Only the job id (in headers, properties and the base64 body) and the delivery tag
-        differ between two messages; filling them in costs a fraction of building anew.
+        differ between two messages: the template's fixed pieces are joined around them.
         """
         if self._template is None:
-            text = self.build(_PLACEHOLDER)
-            document = json.loads(text)
-            body = base64.b64decode(document["body"]).decode()
-            self._template = (text, document["body"], document["properties"]["delivery_tag"], body)
-        text, encoded_body, tag, body = self._template
-        fresh_body = base64.b64encode(body.replace(_PLACEHOLDER, job_id).encode()).decode()
-        return (
-            text.replace(encoded_body, fresh_body)
-            .replace(tag, str(uuid.uuid4()))
-            .replace(_PLACEHOLDER, job_id)
-        )
+            self._template = _Template(self.build(_PLACEHOLDER))
+        return self._template.fill(job_id)
+
+
+class _Template:
+    """A message cut at what varies: the base64 body, the delivery tag and the job id."""
+
+    def __init__(self, text: str) -> None:
+        document = json.loads(text)
+        body, tag = document["body"], document["properties"]["delivery_tag"]
+        self.body_head, self.body_tail = base64.b64decode(body).decode().split(_PLACEHOLDER)
+        # The fixed pieces, with what goes between each and the next: the body (once), the
+        # tag (once) or the job id (wherever kombu wrote it in the headers and properties).
+        parts = re.split(f"({re.escape(body)}|{re.escape(tag)}|{_PLACEHOLDER})", text)
+        self.fixed = parts[0::2]
+        self.slots = [{body: _BODY, tag: _TAG}.get(slot, _JOB_ID) for slot in parts[1::2]]
+
+    def fill(self, job_id: str) -> str:
+        body = base64.b64encode(f"{self.body_head}{job_id}{self.body_tail}".encode()).decode()
+        values = {_BODY: body, _TAG: delivery_tag(), _JOB_ID: job_id}
+        pieces = [self.fixed[0]]
+        for slot, fixed in zip(self.slots, self.fixed[1:], strict=True):
+            pieces += (values[slot], fixed)
+        return "".join(pieces)
+
+
+_BODY, _TAG, _JOB_ID = range(3)
+
+
+def delivery_tag() -> str:
+    """A random (version 4) UUID as text, as kombu tags a message, without building a UUID."""
+    digits = os.urandom(16).hex()
+    variant = "89ab"[int(digits[16], 16) & 3]
+    return f"{digits[:8]}-{digits[8:12]}-4{digits[13:16]}-{variant}{digits[17:20]}-{digits[20:]}"

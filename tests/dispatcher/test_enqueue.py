@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import uuid
 
+import pytest
 import redis
 
 from animfleet.jobs import JobParams, JobRecord
 from animfleet.region.admission import AdmissionOutcome
 from animfleet.region.jobstore import JobStore
+from animfleet.region.messages import delivery_tag
 from animfleet.region.workers import WorkerRegistry
 from animfleet.topology import Region
 from dispatcher.admission import RegionQueue
@@ -26,17 +30,31 @@ def record(job_id: str) -> JobRecord:
     return JobRecord(id=job_id, region="q1", home_region="q1", params=PARAMS)
 
 
-def test_templated_message_equals_what_kombu_builds(
-    servers: LocalFleet, redis_client: redis.Redis
+@pytest.mark.parametrize(
+    "job_id",
+    ["q1.0123abcd", "q1." + "f" * 32, "render-1~" + "0" * 20, "a", "x_y-z" * 12, "q1.lb" * 13],
+)
+def test_templated_message_is_byte_for_byte_what_kombu_builds(
+    servers: LocalFleet, redis_client: redis.Redis, job_id: str
 ) -> None:
     queue = queue_for(servers, redis_client)
-    ours = json.loads(queue.messages.for_job("q1.0123abcd"))
-    theirs = json.loads(queue.messages.build("q1.0123abcd"))
-    assert ours["properties"].pop("delivery_tag") != theirs["properties"].pop("delivery_tag")
-    assert ours == theirs
-    assert (
-        ours["headers"]["id"] == "q1.0123abcd" and ours["headers"]["argsrepr"] == "['q1.0123abcd']"
-    )
+    ours, theirs = queue.messages.for_job(job_id), queue.messages.build(job_id)
+    tag = json.loads(ours)["properties"]["delivery_tag"]
+    kombu_tag = json.loads(theirs)["properties"]["delivery_tag"]
+    assert tag != kombu_tag
+    assert ours == theirs.replace(kombu_tag, tag)  # only the random tag differs
+    parsed = json.loads(ours)
+    assert parsed["headers"]["id"] == job_id and parsed["headers"]["argsrepr"] == f"['{job_id}']"
+    assert json.loads(base64.b64decode(parsed["body"]))[0] == [job_id]
+
+
+def test_delivery_tags_are_random_version_4_uuids() -> None:
+    tags = [delivery_tag() for _ in range(2000)]
+    assert len(set(tags)) == len(tags)
+    for tag in tags:
+        parsed = uuid.UUID(tag)
+        assert str(parsed) == tag and parsed.version == 4 and parsed.variant == uuid.RFC_4122
+    assert {tag[19] for tag in tags} == set("89ab")  # every variant digit, as uuid4 gives
 
 
 def test_admits_up_to_one_job_per_live_gpu_then_refuses_without_writing(

@@ -1,10 +1,11 @@
-"""A job's inputs computed once at the edge: one decode and one digest of the image per
+"""A job's inputs computed once at the edge: one pixel check and one digest of the image per
 submit, carried down to the record; the job listed under its tenant by the admission itself."""
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterator
+from typing import Any
 from unittest import mock
 
 import pytest
@@ -15,7 +16,7 @@ from animfleet.job_inputs import JobInputs
 from animfleet.region.keys import INPUT_KEY, TENANT_IN_FLIGHT, TENANT_JOBS
 from animfleet.region.workers import WorkerRegistry
 from animfleet.topology import Topology
-from dispatcher import Client
+from dispatcher import Client, inputs
 from dispatcher.admission import AdmissionSettings
 from dispatcher.inputs import InvalidInput, parse_request
 from dispatcher.prepared import CheckedImage, ImageChecks, PreparedInputs
@@ -59,12 +60,16 @@ def test_a_submit_decodes_and_hashes_the_image_once_and_the_record_carries_the_d
     db = redis_client
     WorkerRegistry(db, "one").beat("gpu0", {}, ttl_s=60, busy=False)
     image = make_image(seed=3)
-    decodes, digests = [], []
-    load, sha256 = ImageFile.ImageFile.load, hashlib.sha256
+    decodes, digests = [], []  # pixel checks (a full decode or the PNG stream's), digests
+    load, sha256, pixels = ImageFile.ImageFile.load, hashlib.sha256, inputs.pixels_intact
 
     def counted_load(self: ImageFile.ImageFile) -> object:
         decodes.append(1)
         return load(self)
+
+    def counted_pixels(*args: Any) -> bool:
+        decodes.append(1)
+        return pixels(*args)
 
     def counted_sha256(*args: object, **kwargs: object) -> object:
         digests.append(1)
@@ -72,6 +77,7 @@ def test_a_submit_decodes_and_hashes_the_image_once_and_the_record_carries_the_d
 
     with (
         mock.patch.object(ImageFile.ImageFile, "load", counted_load),
+        mock.patch.object(inputs, "pixels_intact", counted_pixels),
         mock.patch.object(hashlib, "sha256", counted_sha256),
     ):
         handle = client.submit(image, "sway", home_region="one", idempotency_key="k", tenant="t")
@@ -85,6 +91,7 @@ def test_a_submit_decodes_and_hashes_the_image_once_and_the_record_carries_the_d
     assert db.zscore(TENANT_IN_FLIGHT + "t", handle.id) == stored.created_at
     with (
         mock.patch.object(ImageFile.ImageFile, "load", counted_load),
+        mock.patch.object(inputs, "pixels_intact", counted_pixels),
         mock.patch.object(hashlib, "sha256", counted_sha256),
     ):
         again = client.submit(image, "sway", home_region="one", idempotency_key="k", tenant="t")
