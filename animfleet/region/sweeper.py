@@ -45,6 +45,7 @@ from animfleet.region.keys import (
     QUEUED_SET,
     SWEEP_LEASE_KEY,
     WORKER_SET,
+    queue_in_store,
 )
 from animfleet.region.messages import AnimateMessages
 from animfleet.region.retention import Retention
@@ -100,6 +101,7 @@ class Sweeper:
         objects: Objects | None = None,
     ) -> None:
         self.region, self.store, self.settings = region, store, settings
+        self.queue = queue_in_store(region.queue, region.store_is_broker)  # a requeue pushes here
         self.objects = objects
         prefix = region.storage.prefix
         self.archive = RecordArchive(objects, prefix) if objects is not None else None
@@ -187,7 +189,7 @@ class Sweeper:
 
         def push(pipe: redis.client.Pipeline, record: JobRecord) -> None:
             if record.status is JobState.QUEUED:
-                pipe.lpush(self.region.queue, self.messages.for_job(record.id))
+                pipe.lpush(self.queue, self.messages.for_job(record.id))
 
         try:
             self.store.update(seen.id, change, also=push, watch=(RunLeases.key(seen.id),))
