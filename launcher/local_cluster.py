@@ -14,6 +14,7 @@ import contextlib
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -34,10 +35,16 @@ class LocalCluster:
     ``root``; a context manager (started on enter, stopped on exit)."""
 
     def __init__(
-        self, root: Path, masters: int = 3, replicas: int = 1, node_timeout_ms: int = 1000
+        self,
+        root: Path,
+        masters: int = 3,
+        replicas: int = 1,
+        node_timeout_ms: int = 1000,
+        watch: Callable[[str, subprocess.Popen[bytes]], None] | None = None,
     ) -> None:
         self.root, self.masters, self.replicas = root, masters, replicas
         self.node_timeout_ms = node_timeout_ms
+        self.watch = watch  # told of each node started (+) and stopped (-): a fleet's watchdog
         self.ports = [free_port() for _ in range(masters * (1 + replicas))]
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
 
@@ -73,6 +80,8 @@ class LocalCluster:
                 argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
         self.processes[port] = process
+        if self.watch is not None:
+            self.watch("+", process)
         with redis.Redis(port=port, socket_timeout=1) as client:
             wait_for(client.ping, f"cluster node {port}", timeout, process)
 
@@ -113,6 +122,8 @@ class LocalCluster:
         process = self.processes.pop(port)
         signal_group(process, signal.SIGKILL)
         process.wait(timeout=10)
+        if self.watch is not None:
+            self.watch("-", process)
 
     def stop(self) -> None:
         for port in list(self.processes):
@@ -123,6 +134,8 @@ class LocalCluster:
             except subprocess.TimeoutExpired:
                 signal_group(process, signal.SIGKILL)
                 process.wait(timeout=10)
+            if self.watch is not None:
+                self.watch("-", process)
 
     def __enter__(self) -> LocalCluster:
         try:

@@ -109,7 +109,8 @@ class LocalFleet:
         self._start_redis()
         if self.store == "cluster":
             for region in self.regions:
-                self.clusters[region] = LocalCluster(self.root / "clusters" / region)
+                root = self.root / "clusters" / region
+                self.clusters[region] = LocalCluster(root, watch=self._watch)
                 self.clusters[region].start()
         if self.storage == "s3":
             self._start_seaweedfs()

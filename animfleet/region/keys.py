@@ -107,10 +107,10 @@ HELD_BY = KEY_PREFIX + "held-by:"  # + region + ":" + thing -> zset worker -> cl
 DIRECT_QUEUES = KEY_PREFIX + "direct-queues:"  # + region -> set of workers with a direct queue
 PREFETCH_CHANNEL = KEY_PREFIX + "prefetch:"  # + region -> pub/sub: load these add-ons now
 
-# When the store is not the broker (a cluster store, the broker apart), store scripts cannot
-# push onto a GPU queue: they push onto this list of the store's instead, in the same atomic
-# step, and the relay moves its messages on to the broker (see :func:`queue_in_store`).
-BROKER_OUTBOX = KEY_PREFIX + "to-broker:"  # + GPU or direct queue name -> list of messages
+# When the store is not the broker (a cluster store, the broker apart), store code cannot push
+# onto a GPU queue in its atomic steps: it pushes onto the store's list for that queue instead,
+# which shares the store's hash tag (see :func:`queue_in_store`), for a relay to move on.
+STORE_QUEUE = KEY_PREFIX + "queue:"  # + GPU or direct queue name -> list of Celery messages
 
 # A finished job's record is kept this long; its input bytes only until it is terminal.
 RECORD_TTL_S = 7 * 24 * 3600
@@ -119,6 +119,6 @@ INPUT_TTL_S = 2 * 24 * 3600
 
 def queue_in_store(queue: str, store_is_broker: bool) -> str:
     """The store list onto which store code pushes ``queue``'s Celery messages: the broker's
-    queue itself when the store is the broker, else its :data:`BROKER_OUTBOX` list (which
+    queue itself when the store is the broker, else its :data:`STORE_QUEUE` list (which
     shares the store's hash tag; a direct queue's name is built from it the same way)."""
-    return queue if store_is_broker else BROKER_OUTBOX + queue
+    return queue if store_is_broker else STORE_QUEUE + queue
