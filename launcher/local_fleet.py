@@ -18,7 +18,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Literal
 
 import redis
@@ -30,6 +29,7 @@ from launcher.local_servers import (
     S3_ACCESS_KEY,
     S3_SECRET_KEY,
     SERVERS,
+    StartedWhileUsed,
     free_port,
     redis_argv,
     seaweedfs_argv,
@@ -43,7 +43,7 @@ STORE_ENV = "ANIMFLEET_TEST_STORE"
 
 
 @dataclass
-class LocalFleet:
+class LocalFleet(StartedWhileUsed):
     """Start with ``with LocalFleet(Path("run/fleet")) as fleet: ...``."""
 
     root: Path
@@ -86,22 +86,6 @@ class LocalFleet:
             raise ValueError(f"store must be redis or cluster, got {self.store!r}")
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def __enter__(self) -> LocalFleet:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
     def start(self) -> None:
         if self.root.exists():
             shutil.rmtree(self.root)
