@@ -44,7 +44,8 @@ class LocalCluster(StartedWhileUsed):
         self.root, self.masters, self.replicas = root, masters, replicas
         self.node_timeout_ms = node_timeout_ms
         self.watch = watch  # told of each node started (+) and stopped (-): a fleet's watchdog
-        self.ports = [free_port() for _ in range(masters * (1 + replicas))]
+        # A node also listens on port + 10000 (the cluster bus).
+        self.ports = [free_port(with_grpc_offset=True) for _ in range(masters * (1 + replicas))]
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
 
     @property

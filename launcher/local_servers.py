@@ -46,7 +46,8 @@ _HANDED_OUT: set[int] = set()  # a port is free until its server binds it: never
 
 
 def free_port(with_grpc_offset: bool = False) -> int:
-    """A free loopback port; SeaweedFS also needs port + 10000 for gRPC."""
+    """A free loopback port; with the offset, port + 10000 too (SeaweedFS's gRPC, a Redis
+    Cluster node's bus)."""
     for _ in range(200):
         port = random.randint(15000, 25000)
         if port in _HANDED_OUT or (with_grpc_offset and port + 10000 in _HANDED_OUT):

@@ -50,6 +50,7 @@ from animfleet.region.keys import (
 from animfleet.region.messages import AnimateMessages
 from animfleet.region.retention import Retention
 from animfleet.region.runs import RunLeases
+from animfleet.region.store_client import server_info
 from animfleet.region.usage import UsageBook
 from animfleet.region.workers import WorkerRegistry
 from animfleet.settings import EnvSettings, load
@@ -151,7 +152,7 @@ class Sweeper:
         return result
 
     def _redis_up_s(self) -> float:
-        info = self.redis.info("server")
+        info = server_info(self.redis, "server")
         return float(info.get("uptime_in_seconds", 0))
 
     # -- running jobs whose run is gone ------------------------------------------------------
