@@ -54,8 +54,8 @@ class LocalCluster(StartedWhileUsed):
         return f"redis+cluster://127.0.0.1:{self.ports[0]}"
 
     def start(self, timeout: float = 60.0) -> None:
-        for port in self.ports:
-            self.start_node(port, timeout)
+        for index in range(len(self.ports)):
+            self._start_new_node(index, timeout)
         create = [
             redis_cli_path(),
             "--cluster",
@@ -84,6 +84,22 @@ class LocalCluster(StartedWhileUsed):
             self.watch("+", process)
         with redis.Redis(port=port, socket_timeout=1) as client:
             wait_for(client.ping, f"cluster node {port}", timeout, process)
+
+    def _start_new_node(self, index: int, timeout: float, tries: int = 3) -> None:
+        """Start node ``index``; on a port taken between the check and the bind (the bus port,
+        +10000, lies in the kernel's ephemeral range), again on another port."""
+        for attempt in range(tries):
+            try:
+                self.start_node(self.ports[index], timeout)
+                return
+            except RuntimeError:  # exited while starting: its port or bus port was taken
+                failed = self.processes.pop(self.ports[index])
+                failed.wait()
+                if self.watch is not None:
+                    self.watch("-", failed)
+                if attempt == tries - 1:
+                    raise
+                self.ports[index] = free_port(with_grpc_offset=True)
 
     def node_ok(self, port: int) -> bool:
         """Whether the node on ``port`` sees the whole cluster healthy."""
