@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 .PHONY: venv lock docs browser test-sdk test-sdk-ts generate-sdk-ts generate-sdk-sync fuzz-api demo test test-unit test-e2e test-faults test-faults-cluster test-e2e-cluster test-stores loadtest lint typecheck clean bench \
 	bench-model bench-overhead bench-gateway bench-dispatch simulate sim-templates bench-placement \
 	bench-scale \
-	tune-model compile-model bench-boot bench-versions eval-served
+	tune-model compile-model bench-aot bench-boot bench-versions eval-served
 
 TORCH := torch==2.13.0
 LOCK := requirements.lock
@@ -162,7 +162,8 @@ typecheck: venv
 bench-model: venv
 	$(PY) -m benchmarks.bench_model
 
-# The served student's serving profile (serving_profile.json) and AOT packages for this device.
+# The served student's serving profile (serving_profile.json) and AOT packages for this device:
+# a static package per listed bucket and one dynamic-shape package for every other working size.
 SERVED_MODEL ?= animfleet-small-distilled
 SERVED_BUCKETS ?= 8x64x64,8x32x32
 tune-model: venv
@@ -170,6 +171,10 @@ tune-model: venv
 
 compile-model: venv
 	$(PY) -m launcher model compile --model $(SERVED_MODEL) --buckets $(SERVED_BUCKETS)
+
+# Each bucket (square, non-square, masked-box sizes) eager vs its AOT package: ratio, PSNR.
+bench-aot: venv
+	$(PY) -m benchmarks.bench_aot --model $(SERVED_MODEL)
 
 # Worker boot to first job: AOT artifact vs torch.compile at boot (cold cache) vs eager.
 bench-boot: venv
@@ -299,3 +304,9 @@ clean:
 BATCHING_SIZE ?= 32
 bench-batching: venv
 	nice -n 10 $(PY) -m benchmarks.batching_bench --size $(BATCHING_SIZE)
+
+# The same submit load against a region of 1, 2 and 4 cells, each its own redis-server: the
+# busiest Redis's CPU time per 1,000 submits vs 1 cell (PASS/FAIL), run/bench-cells/cells.png.
+.PHONY: bench-cells
+bench-cells: venv
+	$(PY) -m benchmarks.cells

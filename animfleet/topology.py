@@ -18,15 +18,38 @@ consume: Redis, or RabbitMQ for replicated queues) and its **store** (job record
 heartbeats, idempotency: a Redis, or a Redis Cluster such as MemoryDB with a
 ``redis+cluster://`` URL). Without ``store_url`` the store is the broker's Redis.
 
+A region may be split into **cells** (``cells = N``): cell ``k`` is a unit of its own named
+``<region>-c<k>`` (``us-east-c1``), with its own broker, store, queue ``animate.<cell>``,
+workers, scheduler and sweeper, and every per-region part of the fleet runs per cell. A cell
+takes the region's table (broker, store, storage, latency) and its own table overrides it; each
+cell needs its own store, since one Redis is what a cell exists to divide. The cells' tables
+are either under the region (as the Terraform module writes them; their keys name the cells)::
+
+    [regions.us-east]
+    broker_url = "amqps://b-1.mq.us-east-1.amazonaws.com:5671"  # one broker, a queue per cell
+    latency_ms = { eu-west = 80 }
+    [regions.us-east.cells.c1]
+    store_url = "redis://10.0.0.5:6379/0"
+    [regions.us-east.cells.c2]
+    store_url = "redis://10.0.0.6:6379/0"
+
+or a count, ``cells = 2``, with each cell's table under its own name, ``[regions.us-east-c1]``.
+
+:attr:`Topology.regions` holds the units (cells, and regions not split); the region name a
+caller gives (``us-east``) maps to its cells (:meth:`Topology.cells_of`). Sibling cells are 0 ms
+apart and a cell is as far from another region as its region is.
+
 Overrides: ``ANIMFLEET_FLEET_FILE`` picks the file, ``ANIMFLEET_REGION_<NAME>_BROKER_URL``,
 ``..._STORE_URL``,
 ``..._STORAGE_BACKEND``, ``..._STORAGE_BUCKET``, ``..._STORAGE_ENDPOINT_URL``,
 ``..._STORAGE_ROOT`` and ``..._STORAGE_PREFIX`` change one region (``<NAME>`` is the region name
-upper-cased with ``-`` as ``_``).
+upper-cased with ``-`` as ``_``; a cell's own name, e.g. ``ANIMFLEET_REGION_US_EAST_C1_...``,
+changes one cell).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import tomllib
@@ -72,6 +95,7 @@ class Region(BaseModel):
     store_url: str = ""  # "" = the broker's Redis (see :attr:`store`)
     storage: StorageConfig = StorageConfig()
     latency_ms: dict[str, float] = Field(default_factory=dict)
+    cell_of: str = ""  # the region this cell belongs to; "" for a region not split
 
     @field_validator("name")
     @classmethod
@@ -98,6 +122,11 @@ class Region(BaseModel):
         """The Celery queue that this region's GPU workers consume."""
         return f"animate.{self.name}"
 
+    @property
+    def group(self) -> str:
+        """The region name a caller gives: its region's for a cell, its own otherwise."""
+        return self.cell_of or self.name
+
     def __repr__(self) -> str:
         return (
             f"Region(name={self.name!r}, broker_url={_redact(self.broker_url)!r}, "
@@ -116,13 +145,26 @@ class Topology(BaseModel):
     def _check(self) -> Topology:
         if not self.regions:
             raise ValueError("a topology needs at least one region")
+        known = set(self.regions) | {region.group for region in self.regions.values()}
         for name, region in self.regions.items():
             if region.name != name:
                 raise ValueError(f"region key {name!r} does not match its name {region.name!r}")
-            unknown = set(region.latency_ms) - set(self.regions)
+            if region.cell_of in self.regions:
+                raise ValueError(f"cell {name!r} belongs to {region.cell_of!r}, also a region")
+            unknown = set(region.latency_ms) - known
             if unknown:
                 raise ValueError(
                     f"region {name!r} lists latency to unknown regions {sorted(unknown)}"
+                )
+        stores: dict[tuple[str, str], str] = {}
+        for name, region in self.regions.items():
+            if not region.cell_of:
+                continue
+            earlier = stores.setdefault((region.cell_of, region.store), name)
+            if earlier != name:
+                raise ValueError(
+                    f"cells {earlier!r} and {name!r} share the store {_redact(region.store)}: "
+                    f"give each cell its own broker_url (or store_url) in [regions.<cell>]"
                 )
         return self
 
@@ -134,22 +176,63 @@ class Topology(BaseModel):
 
     @property
     def names(self) -> list[str]:
+        """Every unit that runs on its own: the cells, and the regions not split."""
         return list(self.regions)
 
+    @property
+    def groups(self) -> list[str]:
+        """The region names callers give: a split region once, not its cells."""
+        return list(dict.fromkeys(region.group for region in self.regions.values()))
+
+    def cells_of(self, name: str) -> list[str]:
+        """The units a region name stands for: a split region's cells, else the name itself
+        (a cell, or a region not split)."""
+        if name in self.regions:
+            return [name]
+        cells = [cell for cell, region in self.regions.items() if region.cell_of == name]
+        if not cells:
+            raise KeyError(f"unknown region {name!r}; known: {sorted(self.groups)}")
+        return cells
+
+    def siblings(self, name: str) -> list[str]:
+        """The other cells of ``name``'s region ([] for a region not split)."""
+        group = self.region(name).cell_of
+        if not group:
+            return []
+        return [cell for cell in self.cells_of(group) if cell != name]
+
+    def cell_for(self, name: str, tenant: str) -> str:
+        """The unit that is home to ``tenant``'s jobs in region ``name``: for a split region,
+        the tenant's cell by rendezvous hashing (every dispatcher agrees without talking, and
+        adding a cell moves only the tenants the new cell wins); a unit name as is."""
+        cells = self.cells_of(name)
+        if len(cells) == 1:
+            return cells[0]
+        return max(cells, key=lambda cell: hashlib.sha256(f"{tenant}/{cell}".encode()).digest())
+
     def latency(self, source: str, target: str) -> float:
-        """Round-trip milliseconds between two regions (symmetric; 0 to itself)."""
+        """Round-trip milliseconds between two units (symmetric; 0 to itself and between the
+        cells of one region; a cell is as far from another region as its region is)."""
         if source == target:
             return 0.0
         a, b = self.region(source), self.region(target)
-        if target in a.latency_ms:
-            return a.latency_ms[target]
-        if source in b.latency_ms:
-            return b.latency_ms[source]
+        if a.group == b.group:
+            return 0.0
+        for first, second in ((a, b), (b, a)):
+            for key in (second.name, second.group):
+                if key in first.latency_ms:
+                    return first.latency_ms[key]
         raise KeyError(f"no latency given between {source!r} and {target!r}")
 
     def by_distance(self, source: str) -> list[str]:
-        """All regions, nearest first, starting with ``source`` itself."""
-        return sorted(self.regions, key=lambda name: (self.latency(source, name), name))
+        """All units, nearest first, starting with ``source`` itself, then its sibling cells."""
+        group = self.region(source).group
+
+        def distance(name: str) -> tuple[bool, float, bool, str]:
+            sibling = self.regions[name].group == group
+            return (name != source, self.latency(source, name), not sibling, name)
+
+        return sorted(self.regions, key=distance)
 
     @classmethod
     def from_mapping(
@@ -159,21 +242,27 @@ class Topology(BaseModel):
         if not isinstance(raw_regions, Mapping):
             raise ValueError("'regions' must be a table of region tables")
         env = os.environ if env is None else env
-        regions: dict[str, Region] = {}
+        tables: dict[str, Mapping[str, object]] = {}
         for name, raw in raw_regions.items():
             if not isinstance(raw, Mapping):
                 raise ValueError(f"region {name!r} must be a table")
-            fields = {"name": name, **raw}
-            storage = dict(fields.pop("storage", {}) or {})
-            prefix = f"ANIMFLEET_REGION_{str(name).upper().replace('-', '_')}_"
-            if broker := env.get(prefix + "BROKER_URL"):
-                fields["broker_url"] = broker
-            if store := env.get(prefix + "STORE_URL"):
-                fields["store_url"] = store
-            for key in ("backend", "bucket", "endpoint_url", "root", "prefix"):
-                if value := env.get(prefix + "STORAGE_" + key.upper()):
-                    storage[key] = value
-            regions[str(name)] = Region(**fields, storage=StorageConfig(**storage))
+            tables[str(name)] = raw
+        cell_tables = _cell_tables(tables)
+        regions: dict[str, Region] = {}
+        for name, raw in tables.items():
+            if name in cell_tables:
+                continue  # merged into its cell below
+            count = raw.get("cells")
+            if count is None:
+                regions[name] = _region(name, dict(raw), env)
+                continue
+            base = {key: value for key, value in raw.items() if key != "cells"}
+            inline = _table(count) if isinstance(count, Mapping) else {}
+            for cell in _cell_names(name, count):
+                own = {**_table(inline.get(cell[len(name) + 1 :])), **cell_tables.get(cell, {})}
+                fields = {**base, **own, "cell_of": name}
+                fields["storage"] = {**_table(base.get("storage")), **_table(own.get("storage"))}
+                regions[cell] = _region(cell, fields, env)
         return cls(regions=regions)
 
     @classmethod
@@ -183,3 +272,58 @@ class Topology(BaseModel):
         chosen = Path(path or env.get("ANIMFLEET_FLEET_FILE") or DEFAULT_FLEET_FILE)
         with chosen.open("rb") as handle:
             return cls.from_mapping(tomllib.load(handle), env)
+
+
+CELL_NAME = re.compile(r"^(?P<region>.+)-c(?P<index>[1-9][0-9]*)$")
+
+
+def _cell_names(region: str, cells: object) -> list[str]:
+    """A split region's cells: ``cells = N`` names c1..cN; a table of cell tables
+    (``[regions.us-east.cells.c1]``, as the Terraform module writes) names its keys."""
+    if isinstance(cells, Mapping):
+        keys = [str(key) for key in cells]
+        wrong = [key for key in keys if not re.fullmatch(r"c[1-9][0-9]*", key)]
+        if not keys or wrong or len(keys) > 64:
+            raise ValueError(f"region {region!r}: cells are named c1, c2, ... (got {keys})")
+        return [f"{region}-{key}" for key in keys]
+    if type(cells) is not int or not 1 <= cells <= 64:
+        raise ValueError(f"region {region!r}: cells must be a whole number 1-64, got {cells!r}")
+    return [f"{region}-c{index}" for index in range(1, cells + 1)]
+
+
+def _cell_tables(tables: Mapping[str, Mapping[str, object]]) -> dict[str, Mapping[str, object]]:
+    """The tables that configure a cell of a split region (``[regions.us-east-c1]``)."""
+    found: dict[str, Mapping[str, object]] = {}
+    for name, raw in tables.items():
+        match = CELL_NAME.match(name)
+        parent = tables.get(match["region"]) if match else None
+        if match is None or parent is None or "cells" not in parent:
+            continue
+        if name not in _cell_names(match["region"], parent["cells"]):
+            raise ValueError(f"region {match['region']!r} has no cell {name!r}")
+        if "cells" in raw:
+            raise ValueError(f"cell {name!r} cannot be split into cells")
+        found[name] = raw
+    return found
+
+
+def _table(value: object) -> dict[str, object]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"expected a table, got {value!r}")
+    return {str(key): item for key, item in value.items()}
+
+
+def _region(name: str, fields: dict[str, object], env: Mapping[str, str]) -> Region:
+    """One unit from its table, with its ``ANIMFLEET_REGION_<NAME>_...`` overrides."""
+    storage = _table(fields.pop("storage", None))
+    prefix = f"ANIMFLEET_REGION_{name.upper().replace('-', '_')}_"
+    if broker := env.get(prefix + "BROKER_URL"):
+        fields["broker_url"] = broker
+    if store := env.get(prefix + "STORE_URL"):
+        fields["store_url"] = store
+    for key in ("backend", "bucket", "endpoint_url", "root", "prefix"):
+        if value := env.get(prefix + "STORAGE_" + key.upper()):
+            storage[key] = value
+    return Region(**{**fields, "name": name}, storage=StorageConfig(**storage))  # type: ignore[arg-type]

@@ -105,7 +105,12 @@ class Client(JobLookup):
         source = routing_region or self.topology.names[0]
         self.routing = RoutingCache(self._link(source).store.redis, self.topology.names)
         self.routing.start()
-        self.placement = Placement(self.topology.names, self.routing, self.admission)
+        self.placement = Placement(
+            self.topology.names,
+            self.routing,
+            self.admission,
+            siblings={name: self.topology.siblings(name) for name in self.topology.names},
+        )
         self.versions = VersionChooser(lambda region: self._link(region).store.redis)
         self.addons = AddonChecker(lambda region: self._link(region).store.redis)
         self.images = ImageChecks()
@@ -134,6 +139,9 @@ class Client(JobLookup):
         start_deadline and deadline in seconds from now, metadata, tenant, priority).
         ``addons``: each ``{"name", "scale"}``, and for an image-conditioned add-on its control
         ``image`` (bytes), stored with the job's image.
+        ``home_region``: a region name (default the topology's first); for a region split into
+        cells, the job's home is the tenant's cell (:meth:`animfleet.topology.Topology.cell_for`),
+        so a tenant's backlog and fair share stay in one cell; a cell's name is that cell.
         ``model``: a deployment of the home region or a pinned ``name@version``; the version
         picked is on the record (``params.model_version``), sticky by ``idempotency_key``.
         A job no region can start now waits in its home region's backlog (status ``queued``);
@@ -184,8 +192,7 @@ class Client(JobLookup):
             )
         if idempotency_key is not None and not 0 < len(idempotency_key) <= MAX_KEY_CHARS:
             raise InvalidInput("Idempotency-Key", f"must be 1-{MAX_KEY_CHARS} characters")
-        home = home_region or self.topology.names[0]
-        self.topology.region(home)
+        home = self.topology.cell_for(home_region or self.topology.groups[0], request.tenant)
         # Hashed and decoded once (above), packed once: the mask, add-ons' control images and
         # brushed regions' masks ride with the image in the one value stored.
         inputs = PreparedInputs.of(

@@ -17,7 +17,7 @@ from animfleet.region.backlog import Backlog
 from animfleet.region.eta import queue_eta
 from animfleet.region.jobstore import JobNotFound, JobStore, expire_if_overdue
 from animfleet.region.outbox import WebhookDelivery, replay_last
-from animfleet.region.status import RegionStatus, read_region_status
+from animfleet.region.status import RegionStatus, combine_status, read_region_status
 from animfleet.topology import Region, Topology
 from dispatcher.admission import AdmissionSettings, RegionQueue
 from dispatcher.errors import DispatcherError
@@ -175,12 +175,16 @@ class JobLookup:
         return queue_eta(self._link(record.region).store, record, live)
 
     def region_status(self, region: str) -> RegionStatus:
-        """Live and busy GPUs, queue depth and the oldest wait of ``region``, read now."""
+        """Live and busy GPUs, queue depth and the oldest wait of ``region``, read now; of a
+        region split into cells, its cells' summed (:func:`combine_status`)."""
+        cells = self.topology.cells_of(region)
+        if cells != [region]:
+            return combine_status(region, (self.region_status(cell) for cell in cells))
         link = self._link(region)
         return read_region_status(link.store.redis, link.region)
 
     def regions(self) -> dict[str, RegionStatus]:
-        """:meth:`region_status` of every region of the topology."""
+        """:meth:`region_status` of every unit of the topology (each cell on its own)."""
         return {name: self.region_status(name) for name in self.topology.names}
 
     def replay_webhook(self, job_id: str) -> WebhookDelivery | None:

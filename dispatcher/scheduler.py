@@ -5,7 +5,8 @@ jobs go onto the region's own GPU queue while it has room (one atomic script per
 share by deficit round robin, :mod:`animfleet.region.handoff`), each idle worker getting a job
 whose template or add-ons it holds warm when its tenant's next jobs have one; when it has
 none, jobs spill to the regions the routing table sends this region's traffic to, then its
-fallback ring, each only while that region has room and no backlog of its own. Passes run
+fallback ring, each only while that region has room and no backlog of its own (a cell's
+sibling cells come first, before any other region). Passes run
 every ``poll_s`` (100 ms), so a freed GPU gets its next job within about that. Everything
 lives in Redis: a scheduler that dies loses nothing, and the next lease holder finishes or
 returns its half-done spills.
@@ -172,10 +173,13 @@ class RegionScheduler:
     # -- spillover -----------------------------------------------------------------------------
     def _spill(self, left: int) -> tuple[int, int]:
         table = self.routing.snapshot().table if self.routing else None
-        if table is None:
-            return 0, left
-        candidates = [t for t in table.targets(self.region) if t != self.region]
-        candidates += [t for t in table.fallback.get(self.region, ()) if t not in candidates]
+        # Sibling cells first, with or without a table: a move within the region costs no
+        # distance. Then the regions the table sends this one's traffic to, then its fallback.
+        candidates = self.topology.siblings(self.region)
+        if table is not None:
+            candidates += [t for t in table.targets(self.region) if t != self.region]
+            candidates += list(table.fallback.get(self.region, ()))
+        candidates = list(dict.fromkeys(candidates))
         # A region with no live worker runs none of its backlog: it waits in a neighbour's instead.
         stranded = self._live_workers(self.region) == 0
         moved = 0

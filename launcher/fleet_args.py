@@ -35,7 +35,33 @@ def region_in(topology: Topology, name: str) -> Region:
         raise CliError(str(error.args[0]), EX_USAGE) from None
 
 
+def unit_in(topology: Topology, name: str, cell: str | None = None) -> Region:
+    """The unit a one-unit process serves (a worker, a gateway, a webhook sender): ``name``
+    itself, or for a region split into cells, ``cell`` (the host's cell, e.g. from
+    ``ANIMFLEET_WORKER_CELL``), else its first cell when ``cell`` is ``""``."""
+    try:
+        cells = topology.cells_of(name)
+    except KeyError as error:
+        raise CliError(str(error.args[0]), EX_USAGE) from None
+    if cells == [name]:
+        return region_in(topology, name)
+    if cell is None:
+        raise CliError(
+            f"region {name!r} is split into cells {cells}: name one with --region", EX_USAGE
+        )
+    if cell and cell not in cells:
+        raise CliError(f"cell {cell!r} is not one of region {name!r}'s cells {cells}", EX_USAGE)
+    return region_in(topology, cell or cells[0])
+
+
 def regions_of(args: argparse.Namespace, names: list[str] | None) -> list[Region]:
-    """The regions named (all when none), each checked."""
+    """The regions named (all when none), each checked; a region split into cells names its
+    cells."""
     topology = topology_of(args)
-    return [region_in(topology, name) for name in names or topology.names]
+    units: list[str] = []
+    for name in names or topology.names:
+        try:
+            units += topology.cells_of(name)
+        except KeyError as error:
+            raise CliError(str(error.args[0]), EX_USAGE) from None
+    return [region_in(topology, unit) for unit in dict.fromkeys(units)]

@@ -48,6 +48,9 @@ class LocalFleet(StartedWhileUsed):
 
     root: Path
     regions: tuple[str, ...] = ("local-a", "local-b")
+    # Regions split into cells (name -> count): each cell ``<region>-c<k>`` gets its own
+    # private redis-server (its broker and store), workers, gateway and sender.
+    cells: dict[str, int] = field(default_factory=dict)
     storage: Literal["local", "s3"] = "local"
     workers_per_region: int = 1
     model_dir: Path | None = None
@@ -74,6 +77,7 @@ class LocalFleet(StartedWhileUsed):
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     fleet_file: Path = field(init=False)
     redis_port: int = 0
+    cell_ports: dict[str, int] = field(default_factory=dict)  # each cell's own redis-server
     s3_port: int = 0
     seaweedfs_ports: tuple[int, int, int] = (0, 0, 0)  # master, volume, filer
     _watchdog: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
@@ -84,6 +88,18 @@ class LocalFleet(StartedWhileUsed):
         self.store = self.store or os.environ.get(STORE_ENV) or "redis"
         if self.store not in ("redis", "cluster"):
             raise ValueError(f"store must be redis or cluster, got {self.store!r}")
+        unknown = set(self.cells) - set(self.regions)
+        if unknown:
+            raise ValueError(f"cells given for regions not in the fleet: {sorted(unknown)}")
+
+    @property
+    def units(self) -> list[str]:
+        """What runs on its own: each region's cells, or the region when it is not split."""
+        return [
+            f"{region}-c{index}" if region in self.cells else region
+            for region in self.regions
+            for index in range(1, self.cells.get(region, 1) + 1)
+        ]
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -92,7 +108,7 @@ class LocalFleet(StartedWhileUsed):
         (self.root / "logs").mkdir(parents=True)
         self._start_redis()
         if self.store == "cluster":
-            for region in self.regions:
+            for region in (r for r in self.regions if r not in self.cells):  # cells: own Redis
                 root = self.root / "clusters" / region
                 self.clusters[region] = LocalCluster(root, watch=self._watch)
                 self.clusters[region].start()
@@ -107,21 +123,21 @@ class LocalFleet(StartedWhileUsed):
             from workers.model.pipelines.build import init_model
 
             self.model_dir = init_model(self.root / "models" / "random")
-        for region in self.regions:
+        for region in self.units:
             for index in range(self.workers_per_region):
                 self.start_worker(region, index)
             if self.gateway:
                 self.start_gateway(region)
             if self.webhooks:
                 self.start_webhooks(region)
-        self.wait_for_workers({region: self.workers_per_region for region in self.regions})
+        self.wait_for_workers({region: self.workers_per_region for region in self.units})
         if self.router_period_s is not None:
             self.start_router(self.router_period_s)
         if self.scheduler or (self.scheduler is None and self.workers_per_region):
             self.start_scheduler()
         if self.sweeper or (self.sweeper is None and (self.workers_per_region or self.webhooks)):
             self.start_sweeper()
-        for region in self.regions:
+        for region in self.units:
             if self.gateway:
                 self.wait_for_gateway(region)
             if self.webhooks:
@@ -131,9 +147,10 @@ class LocalFleet(StartedWhileUsed):
         """Stop the clients (workers, gateways, senders, ...) together, then the servers they
         use; SIGKILL what is still running ``grace_s`` after its SIGTERM (a server: 1 s, as
         Redis flushes in milliseconds and SeaweedFS never finishes a graceful stop)."""
-        clients = [name for name in reversed(list(self.processes)) if name not in SERVERS]
+        servers = [name for name in self.processes if name.split("@")[0] in SERVERS]
+        clients = [name for name in reversed(list(self.processes)) if name not in servers]
         self._stop_together(clients, grace_s)
-        self._stop_together([name for name in SERVERS if name in self.processes], 1.0)
+        self._stop_together(servers, 1.0)
         for cluster in self.clusters.values():
             cluster.stop()
         if self._watchdog is not None and self._watchdog.stdin is not None:
@@ -201,6 +218,19 @@ class LocalFleet(StartedWhileUsed):
         self._spawn("redis", argv)
         client = redis.Redis(port=self.redis_port)
         wait_for(client.ping, "redis-server", 10, self.processes["redis"])
+        for cell in self.units:
+            if cell not in self.regions:
+                self._start_cell_redis(cell)
+
+    def _start_cell_redis(self, cell: str) -> None:
+        """A cell's own redis-server (named ``redis@<cell>``), its files in its own folder."""
+        port = self.cell_ports.get(cell) or free_port()
+        self.cell_ports[cell] = port
+        folder = self.root / "redis" / cell
+        folder.mkdir(parents=True, exist_ok=True)
+        name = f"redis@{cell}"
+        self._spawn(name, redis_argv(port, folder, self.redis_persistence, 16))
+        wait_for(redis.Redis(port=port).ping, name, 10, self.processes[name])
 
     def restart_redis(self, down_s: float = 0.0) -> None:
         """Shut Redis down (SIGTERM: it flushes its append-only file), stay down ``down_s``,
@@ -253,6 +283,10 @@ class LocalFleet(StartedWhileUsed):
         return f"http://127.0.0.1:{self.s3_port}"
 
     def redis_url(self, region: str) -> str:
+        """The broker (and store) URL of a unit: a cell's own server, else a database of the
+        shared one."""
+        if region in self.cell_ports:
+            return f"redis://127.0.0.1:{self.cell_ports[region]}/0"
         return f"redis://127.0.0.1:{self.redis_port}/{self.regions.index(region)}"
 
     def store_url(self, region: str) -> str:
@@ -269,13 +303,21 @@ class LocalFleet(StartedWhileUsed):
                 for other_index, other in enumerate(self.regions)
                 if other != region
             )
+            split = region in self.cells
+            own = (
+                f"cells = {self.cells[region]}"
+                if split
+                else f'broker_url = "{self.redis_url(region)}"'
+            )
             lines += [
                 f"[regions.{region}]",
-                f'broker_url = "{self.redis_url(region)}"',
+                own,
                 *([f'store_url = "{self.store_url(region)}"'] if region in self.clusters else []),
                 f"latency_ms = {{ {latencies} }}",
-                f"[regions.{region}.storage]",
             ]
+            for cell in (u for u in self.units if split and u.startswith(f"{region}-c")):
+                lines += [f"[regions.{cell}]", f'broker_url = "{self.redis_url(cell)}"']
+            lines.append(f"[regions.{region}.storage]")
             if self.storage == "s3":
                 lines += [
                     'backend = "s3"',

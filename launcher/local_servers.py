@@ -45,11 +45,23 @@ def port_free(port: int) -> bool:
 _HANDED_OUT: set[int] = set()  # a port is free until its server binds it: never give it twice
 
 
+def port_range() -> tuple[int, int]:
+    """Where :func:`free_port` picks: ``ANIMFLEET_LOCAL_PORTS`` (``low-high``) or 15000-25000.
+
+    Fleets run side by side in several processes (parallel test workers) take disjoint ranges:
+    a server restarted on its port must find it still free, not taken by another process's
+    fleet in the meantime.
+    """
+    low, _, high = os.environ.get("ANIMFLEET_LOCAL_PORTS", "15000-25000").partition("-")
+    return int(low), int(high)
+
+
 def free_port(with_grpc_offset: bool = False) -> int:
     """A free loopback port; with the offset, port + 10000 too (SeaweedFS's gRPC, a Redis
     Cluster node's bus)."""
+    low, high = port_range()
     for _ in range(200):
-        port = random.randint(15000, 25000)
+        port = random.randint(low, high)
         if port in _HANDED_OUT or (with_grpc_offset and port + 10000 in _HANDED_OUT):
             continue
         if port_free(port) and (not with_grpc_offset or port_free(port + 10000)):

@@ -11,11 +11,12 @@ import argparse
 import os
 from typing import Any
 
-from launcher.fleet_args import region_in, regions_of, topology_of
+from launcher.fleet_args import regions_of, topology_of, unit_in
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    region = region_in(topology_of(args), args.region)
+    # A host of a region split into cells serves its cell: ANIMFLEET_WORKER_CELL says which.
+    region = unit_in(topology_of(args), args.region, os.environ.get("ANIMFLEET_WORKER_CELL"))
     from animfleet import logs
     from workers.celery_app import run_worker
     from workers.settings import WorkerSettings
@@ -59,15 +60,21 @@ def cmd_router(args: argparse.Namespace) -> int:
 
 def cmd_web(args: argparse.Namespace) -> int:
     topology = topology_of(args)
-    region_in(topology, args.region)
+    # A gateway of a split region serves through its first cell: submits name the region and
+    # land in the tenant's cell, and a job id names the cell that holds it.
+    unit = unit_in(topology, args.region, "")
     from dispatcher.gateway import run_gateway
 
-    run_gateway(topology, args.region, args.host, args.port)
+    run_gateway(topology, unit.name, args.host, args.port)
     return 0
 
 
 def cmd_webhooks(args: argparse.Namespace) -> int:
-    region = region_in(topology_of(args), args.region)
+    topology = topology_of(args)
+    cells = topology.cells_of(args.region) if args.region in topology.groups else []
+    if len(cells) > 1:  # a sender per cell (each cell's outbox is in its own store)
+        return _one_process_per_cell(args, cells)
+    region = unit_in(topology, args.region, "")
     from animfleet import logs
     from workers.webhooks.app import run_webhooks
     from workers.webhooks.settings import WebhookSettings
@@ -75,6 +82,44 @@ def cmd_webhooks(args: argparse.Namespace) -> int:
     logs.configure()
     run_webhooks(region, WebhookSettings.from_env(), args.name)
     return 0
+
+
+def _one_process_per_cell(args: argparse.Namespace, cells: list[str]) -> int:
+    """Run this command once per cell as child processes. SIGTERM and SIGINT reach every
+    child; when one exits the others are stopped and its code is ours, so the supervisor
+    (systemd, the Procfile's runner) restarts them together."""
+    import signal
+    import subprocess
+    import sys
+
+    argv, skip = [], False
+    for arg in sys.argv[1:]:  # this command's line without its --region
+        if skip or arg.startswith("--region="):
+            skip = False
+            continue
+        skip = arg == "--region"
+        if not skip:
+            argv.append(arg)
+    children = {
+        child.pid: child
+        for child in (
+            subprocess.Popen([sys.executable, "-m", "launcher", *argv, "--region", cell])
+            for cell in cells
+        )
+    }
+
+    def forward(signum: int, _frame: object) -> None:
+        for child in children.values():
+            child.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    pid, status = os.wait()
+    forward(signal.SIGTERM, None)
+    for child in children.values():
+        if child.pid != pid:
+            child.wait()
+    return os.waitstatus_to_exitcode(status)
 
 
 def cmd_scheduler(args: argparse.Namespace) -> int:

@@ -6,7 +6,7 @@ import io
 import os
 import struct
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +23,12 @@ from launcher.local_fleet import LocalFleet
 # kind): their workers serve the safe choice instead of measuring at boot, unless a test asks
 # for it (tests/workers/model/runtime/test_boot_tune.py). Worker processes inherit this.
 os.environ.setdefault("ANIMFLEET_WORKER_BOOT_TUNE_S", "0")
+
+# Parallel test workers (pytest -n) start their fleets' servers in disjoint port ranges: a test
+# that restarts a server on its port must not find it taken by another worker's fleet.
+if (worker := os.environ.get("PYTEST_XDIST_WORKER", "")).startswith("gw"):
+    _slot = int(worker[2:]) % 8
+    os.environ["ANIMFLEET_LOCAL_PORTS"] = f"{15000 + 1250 * _slot}-{16249 + 1250 * _slot}"
 
 
 @pytest.fixture(scope="session")
@@ -78,6 +84,26 @@ def redis_client(store_url: str) -> Iterator[redis.Redis]:
     yield client
     client.flushdb()
     client.close()
+
+
+EmptyDbs = Callable[[Mapping[str, int]], dict[str, redis.Redis]]
+
+
+@pytest.fixture
+def empty_dbs(servers: LocalFleet) -> Iterator[EmptyDbs]:
+    """Empty databases of the private Redis by name (``{"b1": 13}``), emptied again after."""
+    opened: list[redis.Redis] = []
+
+    def open_dbs(numbers: Mapping[str, int]) -> dict[str, redis.Redis]:
+        clients = {name: redis.Redis(port=servers.redis_port, db=n) for name, n in numbers.items()}
+        for client in clients.values():
+            client.flushdb()
+        opened.extend(clients.values())
+        return clients
+
+    yield open_dbs
+    for client in opened:
+        client.flushdb()
 
 
 @pytest.fixture(scope="session")

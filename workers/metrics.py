@@ -66,6 +66,12 @@ MODEL_WARMUP = Gauge(
     ["region"],
     multiprocess_mode="max",
 )
+UNET_CALLS = Counter(
+    "animfleet_model_unet_calls_total",
+    "U-Net calls of a worker whose model loaded AOT packages, by what ran them: aot (a static "
+    "package), aot-dynamic (the package for any working size) or eager (none covers the shape)",
+    ["path"],
+)
 MEMORY_GUARD_KILLS = Counter(
     "animfleet_memory_guard_kills_total", "Pool children killed past ANIMFLEET_WORKER_MAX_RSS_MB"
 )

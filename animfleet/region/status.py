@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import redis
@@ -74,4 +74,25 @@ def read_region_status(
         holding={home: int(count) for home, count in zip(homes, holding, strict=True) if count},
         waiting=int(waiting),
         backlog=int(backlog),
+    )
+
+
+def combine_status(name: str, parts: Iterable[RegionStatus]) -> RegionStatus:
+    """A split region's status as one: its cells' counts summed, the oldest wait of any."""
+    parts = list(parts)
+    holding: dict[str, int] = {}
+    for part in parts:
+        for home, count in part.holding.items():
+            holding[home] = holding.get(home, 0) + count
+    return RegionStatus(
+        load=RegionLoad(
+            region=name,
+            live_workers=sum(part.load.live_workers for part in parts),
+            busy_workers=sum(part.load.busy_workers for part in parts),
+            queue_depth=sum(part.load.queue_depth for part in parts),
+        ),
+        oldest_queued_age_s=max((part.oldest_queued_age_s for part in parts), default=0.0),
+        holding=holding,
+        waiting=sum(part.waiting for part in parts),
+        backlog=sum(part.backlog for part in parts),
     )

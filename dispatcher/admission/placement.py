@@ -14,7 +14,7 @@ import json
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import redis
@@ -118,8 +118,11 @@ class Placement:
         settings: AdmissionSettings | None = None,
         rng: random.Random | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        siblings: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
+        """``siblings``: each cell's sibling cells, tried before any other region."""
         self.regions, self.cache = regions, cache
+        self.siblings = siblings or {}
         self.settings = settings or AdmissionSettings()
         self.schedule = RetrySchedule.backoff(self.settings)
         self.rng = rng or random.Random()
@@ -157,7 +160,15 @@ class Placement:
             live = {r: snap.live.get(r, UNKNOWN_CAPACITY) for r in self.regions}
             held = dict(snap.held)
             while True:
-                region = choose_region(snap.table, home, held, live, self.rng, self.settings)
+                region = choose_region(
+                    snap.table,
+                    home,
+                    held,
+                    live,
+                    self.rng,
+                    self.settings,
+                    self.siblings.get(home, ()),
+                )
                 if region is None:
                     if on_full is not None:
                         on_full()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from tenacity import RetryCallState, Retrying, retry_if_exception_type
 from tenacity.before import before_nothing
@@ -77,8 +77,12 @@ def choose_region(
     live_workers: Mapping[str, int],
     rng: random.Random,
     settings: AdmissionSettings,
+    siblings: Sequence[str] = (),
 ) -> str | None:
     """The region for one new job from ``source``, or ``None`` when every allowed one is full.
+
+    When ``source`` is a cell, a sibling cell (``siblings``) with room comes before any other
+    region: the one with the most room, should the table's draw leave the region.
 
     Args:
         table: the routing table in force (possibly a few seconds old).
@@ -87,13 +91,24 @@ def choose_region(
         live_workers: live GPU workers per region.
         rng: the random source for the weighted draw.
         settings: gives the admission limit.
+        siblings: the other cells of ``source``'s region (none for a region not split).
     """
 
-    def admissible(region: str) -> bool:
+    def room(region: str) -> int:
         limit = admission_limit(live_workers.get(region, 0), settings.allowance)
-        return in_flight.get(region, 0) < limit
+        return limit - in_flight.get(region, 0)
 
-    return table.choose(source, rng, admissible)
+    def admissible(region: str) -> bool:
+        return room(region) > 0
+
+    chosen = table.choose(source, rng, admissible)
+    if chosen == source or chosen in siblings:
+        return chosen
+    # A move within the region costs no distance and keeps the job under its region's rules.
+    open_siblings = [cell for cell in siblings if admissible(cell)]
+    if open_siblings:
+        return max(open_siblings, key=lambda cell: (room(cell), cell))
+    return chosen
 
 
 def source_utilization(

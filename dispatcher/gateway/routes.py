@@ -174,7 +174,7 @@ def _submit(
         handle: JobHandle = client.submit(
             image,
             body.prompt,
-            home_region=runtime.settings.region,
+            home_region=runtime.home,
             idempotency_key=scoping.scoped_key(caller, idempotency_key),
             job_id=job_id,
             **options,
@@ -255,7 +255,7 @@ def create_jobs(body: BatchRequest, request: Request, caller: CallerDep) -> Batc
             **limits,
         }
         items.append({"image": image, "prompt": item.prompt, "mask": mask, **fields})
-    submitted = iter(client.submit_many(items, home_region=runtime.settings.region))
+    submitted = iter(client.submit_many(items, home_region=runtime.home))
     answers = []
     for result in results:
         outcome = result if result is not None else next(submitted)

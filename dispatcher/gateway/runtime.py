@@ -24,6 +24,12 @@ class Runtime:
             self.settings.url_fetches, self.settings.url_fetches_per_tenant
         )
 
+    @property
+    def home(self) -> str:
+        """The region a submit through this gateway names as home: for a cell's gateway its
+        region, so each tenant's jobs go to the tenant's own cell whichever gateway took them."""
+        return self.client.topology.region(self.settings.region).group
+
     def objects(self, region: str) -> ObjectStore:
         with self._lock:
             if region not in self._objects:

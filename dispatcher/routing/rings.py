@@ -183,7 +183,16 @@ def _open_ring(
     live: Mapping[str, int],
     settings: RoutingSettings,
 ) -> list[str]:
-    """Regions of the innermost unlocked ring that still have room, nearest first."""
+    """Regions of the innermost unlocked ring that still have room, nearest first; before any
+    ring, the sibling cells of a cell with room (a spill that stays in the region)."""
+    group = topology.region(source).group
+    siblings = [
+        r
+        for r in by_distance
+        if r != source and live[r] > 0 and spare[r] > EPSILON and topology.region(r).group == group
+    ]
+    if siblings:
+        return siblings
     for ring in settings.rings:
         if pressure < ring.min_pressure:
             return []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -19,19 +18,15 @@ from dispatcher.admission import AdmissionSettings, RegionQueue
 from dispatcher.routing import RoutingTable
 from dispatcher.scheduler import RegionScheduler, SchedulerSettings, spill_slot
 from launcher.local_fleet import LocalFleet
+from tests.conftest import EmptyDbs
 
 PARAMS = JobParams(prompt="sway", frames=4, fps=8, width=32, height=32, seed=1)
 DBS = {"b1": 13, "b2": 14}
 
 
 @pytest.fixture
-def dbs(servers: LocalFleet) -> Iterator[dict[str, redis.Redis]]:
-    clients = {name: redis.Redis(port=servers.redis_port, db=db) for name, db in DBS.items()}
-    for client in clients.values():
-        client.flushdb()
-    yield clients
-    for client in clients.values():
-        client.flushdb()
+def dbs(empty_dbs: EmptyDbs) -> dict[str, redis.Redis]:
+    return empty_dbs(DBS)
 
 
 def region(servers: LocalFleet, name: str) -> Region:

@@ -29,6 +29,18 @@ TERRAFORM = REPO / "infra" / "terraform"
 MODULE = Path("modules/region_fleet")
 EXAMPLE = Path("examples/multi_region")
 
+# The module's required variables, as a tfvars file: the inputs the tests that run Terraform on
+# the module start from.
+MODULE_TFVARS = """
+name               = "animfleet"
+fleet_region       = "us-east"
+aws_region         = "us-east-1"
+vpc_id             = "vpc-0123456789abcdef0"
+private_subnet_ids = ["subnet-0123456789abcdef0", "subnet-0123456789abcdef1"]
+package_spec       = "animfleet==0.1.0"
+model_artifacts    = { bucket = "models-us-east-1", prefix = "student/v1/" }
+"""
+
 # Actions that have no resource type: "*" is the narrowest resource they accept, so a statement
 # may use it only for them, and only with a condition that confines it.
 RESOURCELESS_ACTIONS = frozenset({"cloudwatch:PutMetricData"})
@@ -73,6 +85,12 @@ MUST_VALIDATE = frozenset(
         "remote_broker_client_cidr_blocks",
         "remote_broker_cidr_blocks",
         "broker_num_cache_clusters",
+        "store_engine",
+        "broker_engine",
+        "cell_count",
+        "memorydb_replicas_per_shard",
+        "mq_instance_type",
+        "mq_engine_version",
         "bucket_name",
         "output_prefix",
         "output_expiry_days",
@@ -81,7 +99,7 @@ MUST_VALIDATE = frozenset(
     }
 )
 
-SECRET_REFERENCE = re.compile(r"random_password\.|\bauth_token\b|secret_string")
+SECRET_REFERENCE = re.compile(r"random_password\.|\bauth_token\b|secret_string|userinfo")
 SKIP_COMMENT = re.compile(r"checkov:skip=([A-Z0-9_]*)(?::(.*))?")
 
 _OPTIONS = hcl2.SerializationOptions(with_comments=False, strip_string_quotes=True)
@@ -373,6 +391,92 @@ def check_broker_encrypted(root: Path) -> list[str]:
     return problems
 
 
+CONNECTION_SECRETS = frozenset(
+    {"${aws_secretsmanager_secret.connections.arn}", "${local.all_connection_secrets_arn}"}
+)
+
+
+def check_secrets_read_are_connection_secrets(root: Path) -> list[str]:
+    """Instances read the connection secrets and nothing else, and never manage the engines."""
+    problems = []
+    local_values = {
+        name: str(value)
+        for local_block in blocks(root / MODULE, "locals")
+        for name, value in local_block.body.items()
+    }
+    if not local_values.get("all_connection_secrets_arn", "").endswith("/connections-??????"):
+        problems.append("local all_connection_secrets_arn is not limited to connection secrets")
+    for document in blocks(root, "data"):
+        if document.type != "aws_iam_policy_document":
+            continue
+        for statement in _statements(document.body):
+            if statement.get("effect", "Allow") != "Allow":
+                continue
+            sid = statement.get("sid", "?")
+            actions = {str(a) for a in statement.get("actions", [])}
+            resources = {str(r) for r in statement.get("resources", [])}
+            if any(a.startswith("secretsmanager:") for a in actions) and not (
+                resources <= CONNECTION_SECRETS
+            ):
+                problems.append(f"{document} statement {sid}: reads secrets {sorted(resources)}")
+            engines = [a for a in actions if a.split(":")[0] in ("memorydb", "mq", "elasticache")]
+            if engines:
+                problems.append(f"{document} statement {sid}: instances may manage {engines}")
+    return problems
+
+
+def check_memorydb_store(root: Path) -> list[str]:
+    """MemoryDB: TLS, KMS, a replica per shard, snapshots, an ACL of one scoped password user."""
+    problems = []
+    resources = [r for r in blocks(root, "resource") if r.type.startswith("aws_memorydb_")]
+    clusters = [r for r in resources if r.type == "aws_memorydb_cluster"]
+    if not clusters:
+        problems.append("no aws_memorydb_cluster store")
+    for cluster in clusters:
+        if not is_true(cluster.body.get("tls_enabled")):
+            problems.append(f"{cluster}: tls_enabled is not true")
+        if "aws_memorydb_acl." not in str(cluster.body.get("acl_name", "")):
+            problems.append(f"{cluster}: not on the module's ACL (open-access lets anyone in)")
+        for attribute in ("kms_key_arn", "snapshot_retention_limit", "num_replicas_per_shard"):
+            if not cluster.body.get(attribute):
+                problems.append(f"{cluster}: no {attribute}")
+    for user in (r for r in resources if r.type == "aws_memorydb_user"):
+        mode = first(user.body, "authentication_mode")
+        if mode.get("type") != "password" or "random_password." not in str(mode.get("passwords")):
+            problems.append(f"{user}: not authenticated by a generated password")
+        if "local.store_access_string" not in str(user.body.get("access_string")):
+            problems.append(f"{user}: access string is not the scoped store_access_string")
+    for acl in (r for r in resources if r.type == "aws_memorydb_acl"):
+        if "aws_memorydb_user." not in str(acl.body.get("user_names")):
+            problems.append(f"{acl}: holds a user other than the module's")
+    return problems
+
+
+def check_rabbitmq_broker(root: Path) -> list[str]:
+    """Amazon MQ: RabbitMQ, three zones, private, on its own security group, CMK, logs on."""
+    problems = []
+    brokers = [r for r in blocks(root, "resource") if r.type == "aws_mq_broker"]
+    if not brokers:
+        problems.append("no aws_mq_broker")
+    for broker in brokers:
+        expected = {"engine_type": "RabbitMQ", "deployment_mode": "CLUSTER_MULTI_AZ"}
+        for attribute, value in expected.items():
+            if broker.body.get(attribute) != value:
+                problems.append(f"{broker}: {attribute} is not {value}")
+        if broker.body.get("publicly_accessible") not in (False, "false", "${false}"):
+            problems.append(f"{broker}: publicly accessible")
+        if str(broker.body.get("security_groups")) != "['${aws_security_group.mq[0].id}']":
+            problems.append(f"{broker}: not on its own security group alone")
+        encryption = first(broker.body, "encryption_options")
+        if not encryption.get("kms_key_id") or is_true(encryption.get("use_aws_owned_key")):
+            problems.append(f"{broker}: not encrypted with the region's key")
+        if not is_true(first(broker.body, "logs").get("general")):
+            problems.append(f"{broker}: general logs off")
+        if "random_password." not in str(first(broker.body, "user").get("password")):
+            problems.append(f"{broker}: no generated password")
+    return problems
+
+
 def check_secrets_stay_secret(root: Path) -> list[str]:
     """The broker token never reaches user data, and outputs that touch it are sensitive."""
     problems = []
@@ -491,6 +595,9 @@ ALL_CHECKS: list[Callable[[Path], list[str]]] = [
     check_volumes_encrypted,
     check_bucket_private,
     check_broker_encrypted,
+    check_secrets_read_are_connection_secrets,
+    check_memorydb_store,
+    check_rabbitmq_broker,
     check_secrets_stay_secret,
     check_security_groups,
     check_tags_merged,

@@ -44,7 +44,7 @@ def test_a_backlog_in_an_empty_group_wakes_it() -> None:
     found = queries(alarm)
     assert metric_of(found["backlog"]) == "Backlog" and metric_of(found["queued"]) == "QueueDepth"
     assert found["wake"]["expression"] == "IF(backlog + queued > 0 AND desired < 1, 1, 0)"
-    assert alarm["alarm_actions"] == ["${aws_autoscaling_policy.worker_wake.arn}"]
+    assert alarm["alarm_actions"] == ["${aws_autoscaling_policy.worker_wake[each.key].arn}"]
 
 
 def test_scale_in_removes_only_idle_workers_one_at_a_time() -> None:
@@ -61,8 +61,9 @@ def test_scale_in_removes_only_idle_workers_one_at_a_time() -> None:
     # Idle = live beyond in flight, and only while nothing waits; at least one, for the whole
     # window: never below what is running.
     assert found["idle"]["expression"] == "IF(backlog < 1, live - inflight, 0)"
-    assert (
-        alarm["threshold"] == 1 and alarm["comparison_operator"] == "GreaterThanOrEqualToThreshold"
-    )
+    # One group per cell, each removing an instance on the region-wide figure: as many idle
+    # workers as groups (1 for a whole region).
+    assert alarm["threshold"] == "${length(local.scaled_worker_groups)}"
+    assert alarm["comparison_operator"] == "GreaterThanOrEqualToThreshold"
     assert alarm["evaluation_periods"] == alarm["datapoints_to_alarm"]
-    assert alarm["alarm_actions"] == ["${aws_autoscaling_policy.worker_idle.arn}"]
+    assert alarm["alarm_actions"] == ["${aws_autoscaling_policy.worker_idle[each.key].arn}"]

@@ -123,7 +123,8 @@ def test_worker_groups_are_one_resource_with_for_each() -> None:
     assert ("${aws_autoscaling_group.worker}", '${aws_autoscaling_group.worker["worker"]}') in moved
     scaling = (MODULE / "scaling.tf").read_text()
     assert "aws_autoscaling_group.worker.name" not in scaling
-    assert 'aws_autoscaling_group.worker["worker"].name' in scaling
+    assert "for_each = local.scaled_worker_groups" in scaling  # the shared group(s) only
+    assert "aws_autoscaling_group.worker[each.key].name" in scaling
 
 
 def test_only_the_shared_group_preloads_versions_without_a_group_of_their_own() -> None:
@@ -281,14 +282,14 @@ def run_apply_script(
 
     monkeypatch.setitem(sys.modules, "redis", fake_redis)
     monkeypatch.setattr(subprocess, "run", fake_run)
-    monkeypatch.setenv("ANIMFLEET_REGION_EU_WEST_BROKER_URL", "rediss://:t@broker:6379/0")
+    monkeypatch.setenv("ANIMFLEET_REGION_EU_WEST_STORE_URL", "rediss://:t@store:6379/0")
     path = f"/etc/animfleet/deployments/{SHA}.json"
     monkeypatch.setattr(sys, "argv", ["apply-deployments.py", "eu-west", path, SHA])
     try:
         runpy.run_path(str(program), run_name="__main__")
     except SystemExit as stop:
         assert stop.code in (None, 0)
-    assert urls == ["rediss://:t@broker:6379/0"]
+    assert urls == ["rediss://:t@store:6379/0"]
     return calls
 
 
@@ -332,15 +333,6 @@ needs_terraform = pytest.mark.skipif(
     TERRAFORM is None, reason="the terraform binary is not installed"
 )
 
-BASE_TFVARS = """
-name               = "animfleet"
-fleet_region       = "us-east"
-aws_region         = "us-east-1"
-vpc_id             = "vpc-0123456789abcdef0"
-private_subnet_ids = ["subnet-0123456789abcdef0", "subnet-0123456789abcdef1"]
-package_spec       = "animfleet==0.1.0"
-model_artifacts    = { bucket = "models-us-east-1", prefix = "student/v1/" }
-"""
 
 GOOD = """
 model_versions = ["small@1", "small@2", "big@1"]
@@ -377,7 +369,7 @@ def terraform_root(tmp_path: Path) -> Path:
 
 
 def plan(root: Path, tfvars: str) -> subprocess.CompletedProcess[str]:
-    (root / "test.tfvars").write_text(BASE_TFVARS + tfvars)
+    (root / "test.tfvars").write_text(checks.MODULE_TFVARS + tfvars)
     return subprocess.run(
         [
             TERRAFORM or "terraform",

@@ -35,6 +35,7 @@ USER_DATA_VARIABLES: dict[str, Any] = {
     "drain_hook_name": "drain-running-jobs",
     "model_cache": "/var/cache/animfleet/models",
     "worker_models": "",
+    "worker_cell": "",
     "deployments_json": "",
     "deployments_sha256": "0" * 64,
 }
@@ -114,9 +115,17 @@ def test_user_data_sets_the_fleet_file_and_builds_tls_broker_urls() -> None:
     assert "ANIMFLEET_FLEET_FILE=/etc/animfleet/fleet.toml\n" in script
     assert "ANIMFLEET_LOG_LEVEL=info\n" in script
     assert "EnvironmentFile=/etc/animfleet/broker.env" in script
-    assert '"ANIMFLEET_REGION_" + name + "_BROKER_URL=rediss://:" + token' in script
-    assert '"/0?ssl_cert_reqs=required\\n"' in script
+    # The connection secret's variables, as they are, and nothing but connection variables.
+    assert 'lines.append(name + "=" + url + "\\n")' in script
+    assert '"^ANIMFLEET_REGION_[A-Z0-9_]+_(BROKER|STORE)_URL$"' in script
     assert 'write("/etc/animfleet/broker.env", "".join(lines), 0o600)' in script
+
+
+def test_a_cell_worker_knows_its_cell() -> None:
+    assert "ANIMFLEET_WORKER_CELL=eu-west-c2\n" in user_data(
+        ["worker"], "home", worker_cell="eu-west-c2"
+    )
+    assert "ANIMFLEET_WORKER_CELL" not in user_data(["worker"], "home")
 
 
 def test_fetch_config_script_compiles() -> None:
@@ -134,6 +143,8 @@ def rendered_fleet_toml() -> str:
             "bucket": f"animfleet-{name}-20250101",
             "output_prefix": "outputs/",
             "bucket_region": aws_region,
+            "store_url": "",
+            "cells": {},
         }
         for name, aws_region, latency in [
             ("us-east", "us-east-1", "ap-south = 190, eu-west = 80"),
@@ -194,3 +205,70 @@ def test_every_procfile_process_runs_in_a_terraform_group() -> None:
 
     assert "sweeper" in wanted  # its own process, not a side task of the webhook sender
     assert wanted <= deployed, f"in the Procfile, run by no instance group: {wanted - deployed}"
+
+
+def durable_fleet_toml() -> dict[str, Any]:
+    """us-east on MemoryDB cells and RabbitMQ; eu-west as before (one Redis for both)."""
+    memorydb = "rediss+cluster://clustercfg.animfleet-us-east-{}.abc.memorydb.us-east-1.amazonaws.com:6379?ssl_cert_reqs=required"
+    regions = {
+        "us-east": {
+            "broker_url": "amqps://b-1234.mq.us-east-1.amazonaws.com:5671",
+            "store_url": memorydb.format("c1"),
+            "cells": {"c1": memorydb.format("c1"), "c2": memorydb.format("c2")},
+            "latency_ms": "eu-west = 80",
+            "bucket": "animfleet-us-east-20250101",
+            "output_prefix": "outputs/",
+            "bucket_region": "us-east-1",
+        },
+        "eu-west": {
+            "broker_url": "rediss://master.eu-west.abc123.cache.amazonaws.com:6379/0?ssl_cert_reqs=required",
+            "store_url": "",
+            "cells": {},
+            "latency_ms": "",
+            "bucket": "animfleet-eu-west-20250101",
+            "output_prefix": "outputs/",
+            "bucket_region": "eu-west-1",
+        },
+    }
+    return tomllib.loads(render(FLEET_TOML.read_text(), {"regions": regions}))
+
+
+def test_fleet_toml_names_the_store_and_the_cells_where_they_differ_from_the_broker() -> None:
+    data = durable_fleet_toml()
+
+    us_east, eu_west = data["regions"]["us-east"], data["regions"]["eu-west"]
+    assert us_east["broker_url"] == "amqps://b-1234.mq.us-east-1.amazonaws.com:5671"
+    assert us_east["store_url"].startswith("rediss+cluster://clustercfg.animfleet-us-east-c1.")
+    assert sorted(us_east["cells"]) == ["c1", "c2"]
+    assert us_east["cells"]["c2"]["store_url"].startswith(
+        "rediss+cluster://clustercfg.animfleet-us-east-c2."
+    )
+    assert us_east["storage"]["bucket"] == "animfleet-us-east-20250101"
+    # One Redis for both: no store_url, no cells, the file as before.
+    assert "store_url" not in eu_west and "cells" not in eu_west
+    for region in data["regions"].values():
+        urls = [region["broker_url"], region.get("store_url", "")]
+        urls += [cell["store_url"] for cell in region.get("cells", {}).values()]
+        assert not any("@" in url for url in urls)
+
+
+def test_the_dispatcher_loads_a_fleet_toml_with_a_store_of_its_own() -> None:
+    data = durable_fleet_toml()
+    del data["regions"]["us-east"]["cells"]  # see the next test
+    store = "rediss+cluster://app:pw@clustercfg.c1.memorydb:6379"
+
+    topology = Topology.from_mapping(data, env={"ANIMFLEET_REGION_US_EAST_STORE_URL": store})
+
+    us_east, eu_west = topology.region("us-east"), topology.region("eu-west")
+    assert us_east.broker_url == "amqps://b-1234.mq.us-east-1.amazonaws.com:5671"
+    assert us_east.store == store  # the instance's environment overrides the file
+    assert eu_west.store == eu_west.broker_url  # no store_url: the broker's Redis
+
+
+def test_the_dispatcher_loads_a_fleet_toml_with_cells() -> None:
+    topology = Topology.from_mapping(durable_fleet_toml(), env={})
+
+    cells = topology.cells_of("us-east")
+    assert cells == ["us-east-c1", "us-east-c2"]
+    stores = {topology.region(cell).store for cell in cells}
+    assert len(stores) == 2  # each cell its own store

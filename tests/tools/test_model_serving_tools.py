@@ -37,7 +37,8 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A tiny student with fp32 AOT packages for BUCKET, and another with other weights."""
     root = tmp_path_factory.mktemp("models")
     student, other = tiny_student(root / "student"), tiny_student(root / "other", seed=1)
-    compile_model(student, [BUCKET], Choice(compile=True), progress=lambda _: None)
+    # Static only: the dynamic package is tests/tools/test_aot_coverage.py's.
+    compile_model(student, [BUCKET], Choice(compile=True), progress=lambda _: None, dynamic=False)
     return student, other
 
 
@@ -46,6 +47,8 @@ def test_cli_has_tune_and_compile() -> None:
     args = parser.parse_args(["model", "tune", "--model", "m", "--buckets", "4x16x16"])
     assert args.floor_db == 40.0 and args.buckets == "4x16x16"
     assert parser.parse_args(["model", "compile", "--precision", "fp32"]).model
+    compile_args = parser.parse_args(["model", "compile", "--publish", "--region", "eu"])
+    assert compile_args.publish and compile_args.region == ["eu"] and not compile_args.static_only
 
 
 def test_tune_measures_and_keeps_a_choice_above_the_floor(models: tuple[Path, Path]) -> None:

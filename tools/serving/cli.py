@@ -35,6 +35,17 @@ def add_compile_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--precision", choices=["fp32", "bf16"], help="default: the profile's for this device"
     )
+    parser.add_argument(
+        "--static-only",
+        action="store_true",
+        help="only the listed buckets, not the dynamic-shape package for every working size",
+    )
+    parser.add_argument(
+        "--publish",
+        action="store_true",
+        help="also upload them to the regions' buckets (workers of this CPU kind fetch them)",
+    )
+    parser.add_argument("--region", action="append", help="a region to publish to (repeat)")
 
 
 def _model_and_buckets(args: argparse.Namespace) -> tuple[Path, list[object]]:
@@ -75,5 +86,20 @@ def run_compile(args: argparse.Namespace) -> int:
         profiled, _ = choose(model_dir, device_key(args.device))
         choice = profiled.model_copy(update={"precision": args.precision, "compile": True})
     assert choice is None or isinstance(choice, Choice)
-    compile_model(model_dir, buckets, choice, device=args.device)  # type: ignore[arg-type]
+    done = compile_model(
+        model_dir,
+        buckets,  # type: ignore[arg-type]
+        choice,
+        device=args.device,
+        dynamic=not args.static_only,
+    )
+    if args.publish:
+        from launcher.fleet_args import regions_of
+        from storage import open_store
+        from workers.model.runtime.aot_share import SharedPackages
+
+        for region in regions_of(args, args.region):
+            shared = SharedPackages(open_store(region.storage))
+            keys = shared.publish(model_dir, done.precision, args.device)
+            print(f"published {len(keys)} files to region {region.name}'s bucket")
     return 0

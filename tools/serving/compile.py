@@ -1,9 +1,11 @@
-"""``animfleet model compile``: AOTInductor packages of the U-Net, one per shape bucket.
+"""``animfleet model compile``: AOTInductor packages of the U-Net for every size it serves.
 
 The U-Net is exported (torch.export) with the inputs the pipeline really gives it for each
-bucket, recorded from one eager step, and compiled ahead of time into ``aot/<key>/`` beside the
-model (see :mod:`workers.model.runtime.aot` for the key). Precision and context de-dup follow the
-model's serving profile for this device unless given.
+listed bucket, recorded from one eager step, and compiled ahead of time into ``aot/<key>/``
+beside the model (see :mod:`workers.model.runtime.aot` for the key): one static package per
+bucket, and one with symbolic frames, height and width for every other size a job can reach
+(:func:`served_sizes`). Precision and context de-dup follow the model's serving profile for
+this device unless given.
 """
 
 from __future__ import annotations
@@ -17,12 +19,17 @@ from typing import Any
 import numpy as np
 import torch
 
+from animfleet_api.bounds import MAX_FRAMES, MIN_FRAMES
 from tools.serving.tune import base_variant
+from workers.model.networks.motion_unet import MotionUNet
 from workers.model.pipelines.generation import GenerationParams
+from workers.model.pipelines.masked import size_multiple
+from workers.model.pipelines.render import WORKING_SIDE
 from workers.model.runtime.aot import (
     AOT_DIR,
     Manifest,
     Shape,
+    SizeRange,
     _inputs,
     artifact_key,
     build_packages,
@@ -52,6 +59,28 @@ def record_calls(pipe: Any, buckets: list[ShapeBucket]) -> dict[Shape, tuple[Any
     return {shape: tuple(_clone(x) for x in inputs) for shape, inputs in calls.items()}
 
 
+def served_sizes(pipe: Any, shape: Shape) -> SizeRange | None:
+    """Every U-Net input a job can give ``pipe`` with ``shape``'s batch and channels; None
+    when its sizes are unbounded (a U-Net other than a MotionUNet runs at the requested size).
+
+    A MotionUNet runs at the working size (:func:`workers.model.pipelines.render.working_size`):
+    a request up to the working side as it is, a larger one's aspect ratio scaled to that side,
+    a masked job's box the same way. Every side is a multiple of the pipeline's size multiple
+    (the box's) up to the working side (in latent pixels); every frame count the API
+    accepts."""
+    if not isinstance(pipe.unet, MotionUNet):
+        return None
+    latent = 2 ** (len(pipe.vae.config.block_out_channels) - 1)  # pixels per latent side
+    multiple = size_multiple(pipe) // latent
+    return SizeRange(
+        batch=shape[0],
+        channels=shape[2],
+        frames=(MIN_FRAMES, MAX_FRAMES),
+        side=(multiple, WORKING_SIDE // latent),
+        multiple=multiple,
+    )
+
+
 def _clone(value: Any) -> Any:
     return value.detach().clone() if isinstance(value, torch.Tensor) else value
 
@@ -62,8 +91,10 @@ def compile_model(
     choice: Choice | None = None,
     progress: Callable[[str], None] = print,
     device: str = "cpu",
+    dynamic: bool = True,
 ) -> Manifest:
-    """Build the packages for ``choice`` (default: the profile's for this device)."""
+    """Build the packages for ``choice`` (default: the profile's for this device); with
+    ``dynamic`` also the package for every served size."""
     if choice is None:
         choice, source = choose(model_dir, device_key(device))
         progress(f"configuration: {choice.label()} ({source})")
@@ -74,10 +105,14 @@ def compile_model(
     calls = record_calls(pipe, buckets)
     key, expected = artifact_key(model_dir, choice.precision, device)
     manifest = expected.model_copy(update={"context_dedup": choice.context_dedup})
+    sizes = served_sizes(pipe, next(iter(calls))) if calls and dynamic else None
     started = time.perf_counter()
-    done = build_packages(pipe.unet, calls, model_dir / AOT_DIR / key, manifest)
+    done = build_packages(pipe.unet, calls, model_dir / AOT_DIR / key, manifest, sizes)
+    covers = ""
+    if done.dynamic and done.dynamic_range:
+        covers = f" and {done.dynamic} for {done.dynamic_range.label()}"
     progress(
-        f"wrote {len(done.packages)} packages to {model_dir / AOT_DIR / key} "
+        f"wrote {len(done.packages)} static packages{covers} to {model_dir / AOT_DIR / key} "
         f"in {time.perf_counter() - started:.0f} s"
     )
     return done

@@ -110,6 +110,13 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
         "--target-success", type=float, default=0.999, help="share of jobs that must succeed"
     )
     planner.add_argument("--verify-minutes", type=int, default=10, help="0 skips the check")
+    stores = planner.add_mutually_exclusive_group()
+    stores.add_argument(
+        "--redis-capacity", type=float, help="submits/s one Redis serves: also size cells"
+    )
+    stores.add_argument("--bench", type=Path, help="make bench-cells's result.json: the same")
+    planner.add_argument("--tenants", type=int, default=1000, help="cells: tenants per region")
+    planner.add_argument("--zipf", type=float, default=1.0, help="cells: tenant skew")
     _service_args(planner)
     planner.add_argument("--seed", type=int, default=0, help="random seed")
     planner.set_defaults(handler=_plan)
@@ -259,6 +266,11 @@ def _plan(args: argparse.Namespace) -> int:
     rates = _load_rates(args.file)
     plans = plan(rates, service, args.target_p99_s, args.target_success)
     print(format_plan(plans))
+    if args.redis_capacity is not None or args.bench is not None:
+        from tools.sim.cells import capacity_from_bench, format_cells, peak_rates
+
+        capacity = args.redis_capacity or capacity_from_bench(args.bench)
+        print(format_cells(peak_rates(rates), capacity, args.tenants, args.zipf, 0.7))
     if args.verify_minutes > 0:
         stretch = busiest_stretch(rates, args.verify_minutes)
         gpus = {p.region: p.gpus for p in plans}

@@ -30,6 +30,8 @@ from workers.model.pipelines.masked import animate_masked, encoder, regionizer, 
 from workers.model.pipelines.render import render_job, renders
 from workers.model.pipelines.svd import SVD_CLASS, pipeline_class_name
 from workers.model.runtime.aot import AOTDenoiser, load_packages
+from workers.model.runtime.aot import log as aot_log
+from workers.model.runtime.aot_share import SharedPackages
 from workers.model.runtime.block_cache import BlockCache, install_block_cache
 from workers.model.runtime.boot_tune import SharedProfiles, measure
 from workers.model.runtime.compiled import CompiledModules, compile_modules
@@ -63,7 +65,8 @@ class Animator:
 
     With ``compile``, the U-Net (and with ``compile_decoder`` the VAE decoder) is compiled: from
     matching ahead-of-time packages when ``aot`` and there are some, else with torch.compile
-    (unless ``jit`` is off: then it stays eager).
+    (unless ``jit`` is off: then it stays eager). Packages missing beside the model are fetched
+    from ``shared_packages`` (the region's bucket) when a peer published them.
     :meth:`warm_up` then runs each shape bucket before the first job and compares the compiled
     frames with the eager model's: a compilation that fails, or whose frames fall below
     ``verify_psnr_db``, leaves the model eager.
@@ -82,6 +85,7 @@ class Animator:
         device: str = "cpu",
         jit: bool = True,
         template_bytes: int = DEFAULT_MAX_BYTES,
+        shared_packages: SharedPackages | None = None,
     ) -> None:
         threads = int(os.environ.get("ANIMFLEET_TORCH_THREADS", "0")) or (os.cpu_count() or 1)
         torch.set_num_threads(threads)
@@ -112,6 +116,8 @@ class Animator:
         self.compiled: CompiledModules | AOTDenoiser | None = None
         self.aot_status = "not asked"
         if compile and aot:
+            if shared_packages is not None:  # a peer of this kind may have published them
+                shared_packages.fetch(self.model_dir, self.variant.precision, device)
             self.compiled, self.aot_status = load_packages(
                 self.pipeline.unet,
                 self.model_dir,
@@ -120,10 +126,10 @@ class Animator:
                 device,
             )
             if self.compiled is None:
-                instead = "compiling at boot" if jit else "serving eagerly"
-                log.warning("model.aot_unavailable %s instead: %s", instead, self.aot_status)
+                instead = "torch.compile at boot" if jit else "eager"
+                aot_log.warning("model.aot_unavailable", serving=instead, why=self.aot_status)
             else:
-                log.info("model.aot_loaded %s", self.aot_status)
+                aot_log.info("model.aot_loaded", packages=self.aot_status)
         if compile and jit and self.compiled is None:
             self.compiled = compile_modules(self.pipeline, compile_decoder, max_buckets)
         self.load_time_s = time.perf_counter() - started
@@ -169,7 +175,9 @@ class Animator:
         jit = settings.compile is True
 
         def build(choice: Choice) -> Animator:
-            animator = cls._build(settings, model_dir, choice, buckets, jit or choice.compile)
+            animator = cls._build(
+                settings, model_dir, choice, buckets, jit or choice.compile, shared
+            )
             if animator.compiled is not None:
                 animator.warm_up(buckets)
             return animator
@@ -196,7 +204,7 @@ class Animator:
                     return found.chosen
                 profiled, origin = found.entry.chosen, "measured at boot"
         choice, source = with_overrides(settings, profiled or SAFE, source)
-        animator = cls._build(settings, model_dir, choice, buckets, jit)
+        animator = cls._build(settings, model_dir, choice, buckets, jit, shared)
         if animator.compiled is not None:
             animator.warm_up(buckets)
         animator.info.update(serving=choice.label(), serving_source=source, serving_origin=origin)
@@ -210,6 +218,7 @@ class Animator:
         choice: Choice,
         buckets: list[ShapeBucket],
         jit: bool,
+        shared: SharedProfiles | None = None,
     ) -> Animator:
         serving = load_serving(model_dir)
         trained = serving.guidance_range
@@ -236,6 +245,7 @@ class Animator:
             device=settings.device,
             jit=jit,
             template_bytes=settings.template_cache_mb * 2**20,
+            shared_packages=SharedPackages(shared.objects) if shared else None,
         )
 
     def warm_up(self, buckets: Sequence[ShapeBucket]) -> float:

@@ -302,17 +302,34 @@ class MotionUNet(ModelMixin, ConfigMixin):
         batch, frames, _, height, width = sample.shape
         shape = (batch, frames, 1, height, width)
         dtype, device = sample.dtype, sample.device
-        ys = torch.linspace(-1, 1, height, dtype=dtype, device=device).view(1, 1, 1, height, 1)
-        xs = torch.linspace(-1, 1, width, dtype=dtype, device=device).view(1, 1, 1, 1, width)
+        ys = linspace(-1, 1, height, dtype, device).view(1, 1, 1, height, 1)
+        xs = linspace(-1, 1, width, dtype, device).view(1, 1, 1, 1, width)
         steps = (torch.arange(frames, device=device) / self.config.frame_scale).to(dtype)
         extra = [xs.expand(shape), ys.expand(shape), steps.view(1, frames, 1, 1, 1).expand(shape)]
         return torch.cat([sample, *extra], dim=2)
 
 
+def linspace(
+    start: float,
+    end: float,
+    steps: int,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | None = None,
+) -> torch.Tensor:
+    """``torch.linspace``; while exporting with a symbolic size (one package for every working
+    size), the same points from ``arange``: export specialises ``linspace``'s step count to the
+    example's. The two differ in the last bit of a few points."""
+    if not torch.compiler.is_exporting():
+        return torch.linspace(start, end, steps, dtype=dtype, device=device)
+    index = torch.arange(steps, dtype=torch.float32, device=device)
+    step = (end - start) / max(steps - 1, 1)
+    return (start + index * step).to(dtype)
+
+
 def pixel_centres(height: int, width: int, device: torch.device | None = None) -> torch.Tensor:
     """(H, W, 2) pixel-centre coordinates, x then y, in grid_sample's [-1, 1] units."""
-    ys = torch.linspace(-1 + 1 / height, 1 - 1 / height, height, device=device)
-    xs = torch.linspace(-1 + 1 / width, 1 - 1 / width, width, device=device)
+    ys = linspace(-1 + 1 / height, 1 - 1 / height, height, device=device)
+    xs = linspace(-1 + 1 / width, 1 - 1 / width, width, device=device)
     return torch.stack(torch.meshgrid(xs, ys, indexing="xy"), dim=-1)
 
 

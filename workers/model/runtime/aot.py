@@ -1,37 +1,84 @@
-"""Ahead-of-time compiled U-Nets: torch.export + AOTInductor packages, one per shape bucket.
+"""Ahead-of-time compiled U-Nets: torch.export + AOTInductor packages.
 
 ``animfleet model compile`` writes ``aot/<key>/`` beside the model: a ``.pt2`` package per
-bucket and ``manifest.json``. The key names what a package is valid for: the torch version, the
-device (on CPU also the vector ISA inductor generated code for), the precision and a hash of the
-U-Net's weights (baked into the package). A worker whose key matches loads the packages in
-seconds instead of compiling for minutes; any mismatch is reported and the worker compiles or
-serves eagerly instead.
+listed shape bucket (static shapes, the hot ones), one package exported with symbolic frames,
+height and width that covers every other size the worker can run (:class:`SizeRange`: square
+and non-square working sizes, masked boxes), and ``manifest.json``. The key names what a package
+is valid for: the torch version, the device (on CPU also the vector ISA inductor generated code
+for), the precision and a hash of the U-Net's weights (baked into the package). A worker whose
+key matches loads the packages in seconds instead of compiling for minutes; any mismatch is
+reported and the worker compiles or serves eagerly instead.
 
 The loaded packages replace the U-Net's ``forward`` (the module stays, so its config, dtype and
-parameters still answer the pipeline): a call whose input shape has a package runs it, any other
-shape runs the eager forward.
+parameters still answer the pipeline): a call whose input shape has a static package runs it,
+else one the dynamic package covers runs that, and any other runs the eager forward, logged
+(``model.aot_miss``) and counted (``animfleet_model_unet_calls_total{path="eager"}``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import re
+import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import structlog
 import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from workers.metrics import UNET_CALLS
 from workers.model.runtime.profile import device_key, weights_hash
 
-log = logging.getLogger("animfleet.worker.aot")
+log = structlog.stdlib.get_logger("animfleet.worker.aot")
 
 AOT_DIR = "aot"
 MANIFEST = "manifest.json"
 Shape = tuple[int, ...]
+
+
+class SizeRange(BaseModel):
+    """The U-Net inputs the dynamic package was exported for: batch and channels as recorded,
+    any frame count in ``frames`` and any height and width in ``side`` that divide by
+    ``multiple`` (inclusive bounds)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    batch: int
+    channels: int
+    frames: tuple[int, int]
+    side: tuple[int, int]
+    multiple: int
+
+    def covers(self, shape: Shape) -> bool:
+        if len(shape) != 5:
+            return False
+        batch, frames, channels, height, width = shape
+        sides_fit = all(
+            self.side[0] <= side <= self.side[1] and side % self.multiple == 0
+            for side in (height, width)
+        )
+        return (
+            (batch, channels) == (self.batch, self.channels)
+            and self.frames[0] <= frames <= self.frames[1]
+            and sides_fit
+        )
+
+    def label(self) -> str:
+        (low, high), (small, large) = self.frames, self.side
+        return f"{low}-{high} frames, sides {small}-{large} (multiples of {self.multiple})"
+
+    def dims(self) -> tuple[Any, ...]:
+        """torch.export's dynamic shapes for :class:`_Denoise`'s inputs."""
+        dim = torch.export.Dim
+        frames = dim("frames", min=self.frames[0], max=self.frames[1])
+        low, high = (side // self.multiple for side in self.side)
+        rows, cols = dim("rows", min=low, max=high), dim("cols", min=low, max=high)
+        sample = {1: frames, 3: self.multiple * rows, 4: self.multiple * cols}
+        return (sample, None, None, None, None)
 
 
 class Manifest(BaseModel):
@@ -45,6 +92,11 @@ class Manifest(BaseModel):
     context_dedup: bool
     # "3x8x8x8x8" (the U-Net's input shape) -> package file name
     packages: dict[str, str]
+    # The package exported with symbolic sizes, and the sizes it covers; None: not built.
+    dynamic: str | None = None
+    dynamic_range: SizeRange | None = None
+    # package file name -> seconds its export and compile took
+    build_s: dict[str, float] = {}
 
 
 def vector_isa(device: str = "cpu") -> str:
@@ -118,25 +170,44 @@ def _inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
     )
 
 
+def _package(
+    wrapper: _Denoise, inputs: tuple[Any, ...], path: Path, dims: tuple[Any, ...] | None = None
+) -> float:
+    """Export and compile one package; seconds it took."""
+    started = time.perf_counter()
+    with torch.no_grad():
+        program = torch.export.export(wrapper, inputs, dynamic_shapes=dims, strict=False)
+        torch._inductor.aoti_compile_and_package(
+            program, package_path=str(path), inductor_configs={"freezing": True}
+        )
+    return round(time.perf_counter() - started, 1)
+
+
 def build_packages(
     unet: torch.nn.Module,
     calls: dict[Shape, tuple[Any, ...]],
     out_dir: Path,
     manifest: Manifest,
+    sizes: SizeRange | None = None,
 ) -> Manifest:
-    """Export and AOT-compile ``unet`` for each recorded call (shape -> :func:`_inputs`)."""
+    """Export and AOT-compile ``unet`` for each recorded call (shape -> :func:`_inputs`), and
+    with ``sizes`` one package for all of them, from the first call it covers."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    packages = {}
+    packages, seconds = {}, {}
     wrapper = _Denoise(unet).eval()
     for shape, inputs in calls.items():
-        with torch.no_grad():
-            program = torch.export.export(wrapper, inputs, strict=False)
-            name = f"unet-{shape_name(shape)}.pt2"
-            torch._inductor.aoti_compile_and_package(
-                program, package_path=str(out_dir / name), inductor_configs={"freezing": True}
-            )
+        name = f"unet-{shape_name(shape)}.pt2"
+        seconds[name] = _package(wrapper, inputs, out_dir / name)
         packages[shape_name(shape)] = name
-    done = manifest.model_copy(update={"packages": packages})
+    update: dict[str, Any] = {"packages": packages, "build_s": seconds}
+    example = next(
+        (inputs for shape, inputs in calls.items() if sizes and sizes.covers(shape)), None
+    )
+    if sizes is not None and example is not None:
+        name = "unet-dynamic.pt2"
+        seconds[name] = _package(wrapper, example, out_dir / name, sizes.dims())
+        update.update(dynamic=name, dynamic_range=sizes)
+    done = manifest.model_copy(update=update)
     (out_dir / MANIFEST).write_text(done.model_dump_json(indent=2) + "\n")
     return done
 
@@ -147,25 +218,47 @@ class _Output:
 
 
 class AOTDenoiser:
-    """Loaded packages standing in for the U-Net's forward; see the module docstring."""
+    """Loaded packages standing in for the U-Net's forward; see the module docstring.
 
-    def __init__(self, unet: torch.nn.Module, runners: Mapping[Shape, Callable[..., Any]]) -> None:
+    ``ran`` counts the calls served since loading by path: ``aot`` (a static package),
+    ``aot-dynamic`` (the dynamic one) or ``eager`` (no package covers the shape)."""
+
+    def __init__(
+        self,
+        unet: torch.nn.Module,
+        runners: Mapping[Shape, Callable[..., Any]],
+        dynamic: tuple[SizeRange, Callable[..., Any]] | None = None,
+    ) -> None:
         self.unet = unet
         self.runners = dict(runners)
+        self.dynamic = dynamic
         self.modules = ["unet"]
         self.misses = 0
         self.bypass = False
+        self.ran: Counter[str] = Counter()
         self._missed: set[Shape] = set()
         unet.forward = self._forward
 
+    def runner(self, shape: Shape) -> tuple[str, Callable[..., Any] | None]:
+        """What serves a U-Net input of ``shape``: its path and package (None: eager)."""
+        static = self.runners.get(shape)
+        if static is not None:
+            return "aot", static
+        if self.dynamic is not None and self.dynamic[0].covers(shape):
+            return "aot-dynamic", self.dynamic[1]
+        return "eager", None
+
     def _forward(self, *args: Any, return_dict: bool = True, **kwargs: Any) -> Any:
         shape = tuple(args[0].shape if args else kwargs["sample"].shape)
-        runner = None if self.bypass else self.runners.get(shape)
+        path, runner = ("eager", None) if self.bypass else self.runner(shape)
+        if not self.bypass:
+            self.ran[path] += 1
+            UNET_CALLS.labels(path).inc()
         if runner is None:
             if not self.bypass and shape not in self._missed:
                 self._missed.add(shape)
                 self.misses += 1
-                log.warning("model.aot_miss input_shape=%s serving it eagerly", shape)
+                log.warning("model.aot_miss", input_shape=shape, serving="eager")
             return type(self.unet).forward(self.unet, *args, return_dict=return_dict, **kwargs)
         out: torch.Tensor = runner(*_inputs(args, kwargs))
         return _Output(out) if return_dict else (out,)
@@ -183,6 +276,7 @@ class AOTDenoiser:
         """Drop the packages: the U-Net runs its own forward again."""
         self.unet.__dict__.pop("forward", None)
         self.runners = {}
+        self.dynamic = None
 
     @property
     def recompiles(self) -> int:
@@ -221,4 +315,10 @@ def load_packages(
     for name, file in manifest.packages.items():
         shape = tuple(int(size) for size in name.split("x"))
         runners[shape] = torch._inductor.aoti_load_package(str(directory / file))
-    return AOTDenoiser(unet, runners), f"loaded {len(runners)} packages from {directory}"
+    dynamic = None
+    if manifest.dynamic is not None and manifest.dynamic_range is not None:
+        package = torch._inductor.aoti_load_package(str(directory / manifest.dynamic))
+        dynamic = (manifest.dynamic_range, package)
+    covers = f" and a dynamic one for {dynamic[0].label()}" if dynamic else ""
+    denoiser = AOTDenoiser(unet, runners, dynamic)
+    return denoiser, f"loaded {len(runners)} static packages{covers} from {directory}"

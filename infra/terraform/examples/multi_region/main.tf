@@ -42,6 +42,10 @@ module "fleet" {
   services_max_size = each.value.services_max_size
   create_router     = each.value.router
 
+  store_engine  = each.value.store_engine
+  broker_engine = each.value.broker_engine
+  cell_count    = each.value.cell_count
+
   alarm_actions = lookup(var.alarm_actions, each.key, [])
 
   tags = var.tags
@@ -52,13 +56,16 @@ module "fleet" {
 ################################################################################
 
 locals {
-  # Broker URLs in fleet.toml carry no credentials: the file is written to disk, to SSM as a plain
-  # String and onto every instance. Each instance reads the tokens from Secrets Manager at boot
-  # (via brokers.json) and sets ANIMFLEET_REGION_<NAME>_BROKER_URL, which overrides the file.
+  # Broker and store URLs in fleet.toml carry no credentials: the file is written to disk, to SSM
+  # as a plain String and onto every instance. Each instance reads the regions' connection secrets
+  # at boot (via brokers.json) and sets ANIMFLEET_REGION_<NAME>_BROKER_URL and _STORE_URL, which
+  # override the file. A store_url equal to broker_url (one Redis for both) is left out.
   fleet_toml = templatefile("${path.module}/templates/fleet.toml.tftpl", {
     regions = {
       for name, fleet in module.fleet : name => {
         broker_url    = fleet.broker_url
+        store_url     = fleet.store_url == fleet.broker_url ? "" : fleet.store_url
+        cells         = { for cell in fleet.cells : trimprefix(cell.name, "${name}-") => cell.store_url }
         latency_ms    = join(", ", [for peer, ms in var.regions[name].latency_ms : "${peer} = ${ms}"])
         bucket        = fleet.bucket_name
         output_prefix = fleet.output_prefix
@@ -69,9 +76,7 @@ locals {
 
   brokers_json = jsonencode({
     for name, fleet in module.fleet : name => {
-      host       = fleet.broker_host
-      port       = fleet.broker_port
-      secret_arn = fleet.broker_auth_token_secret_arn
+      secret_arn = fleet.connection_secret_arn
     }
   })
 }
@@ -99,13 +104,13 @@ resource "aws_ssm_parameter" "fleet_toml" {
 }
 
 resource "aws_ssm_parameter" "brokers" {
-  #checkov:skip=CKV2_AWS_34:brokers.json holds broker hostnames and secret ARNs, no credential; the tokens stay in Secrets Manager.
+  #checkov:skip=CKV2_AWS_34:brokers.json holds secret ARNs, no credential; the credentials stay in Secrets Manager.
   for_each = local.regions
 
   region = each.value.aws_region
 
   name        = module.fleet[each.key].brokers_parameter_name
-  description = "animfleet ${var.name} broker directory (host, port, auth token secret ARN per region)"
+  description = "animfleet ${var.name} connection directory (each region's connection secret ARN)"
   type        = "String"
   tier        = "Intelligent-Tiering"
   value       = local.brokers_json

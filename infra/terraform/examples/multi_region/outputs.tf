@@ -4,20 +4,23 @@ output "fleet_toml" {
 }
 
 output "fleets" {
-  description = "Per region: broker, bucket, groups and the scaling target."
+  description = "Per region: store, broker, cells, bucket, groups and the scaling target."
   value = {
     for name, fleet in module.fleet : name => {
-      aws_region                   = fleet.aws_region
-      broker_host                  = fleet.broker_host
-      broker_env_name              = fleet.broker_env_name
-      broker_auth_token_secret_arn = fleet.broker_auth_token_secret_arn
-      bucket_name                  = fleet.bucket_name
-      worker_group                 = fleet.worker_autoscaling_group_name
-      version_worker_groups        = fleet.version_worker_autoscaling_group_names
-      model_registry_uri           = fleet.model_registry_uri
-      services_group               = fleet.services_autoscaling_group_name
-      router_group                 = fleet.router_autoscaling_group_name
-      backlog_per_worker_target    = fleet.backlog_per_worker_target
+      aws_region                = fleet.aws_region
+      store_engine              = fleet.store_engine
+      broker_engine             = fleet.broker_engine
+      broker_url                = fleet.broker_url
+      store_url                 = fleet.store_url
+      cells                     = fleet.cells
+      connection_secret_arn     = fleet.connection_secret_arn
+      bucket_name               = fleet.bucket_name
+      worker_groups             = fleet.worker_autoscaling_group_names
+      version_worker_groups     = fleet.version_worker_autoscaling_group_names
+      model_registry_uri        = fleet.model_registry_uri
+      services_group            = fleet.services_autoscaling_group_name
+      router_group              = fleet.router_autoscaling_group_name
+      backlog_per_worker_target = fleet.backlog_per_worker_target
     }
   }
 }

@@ -11,7 +11,7 @@ variable "home_aws_region" {
 }
 
 variable "regions" {
-  description = "The fleet, one entry per animfleet region: its AWS region, capacity, and round-trip latency in ms to the other regions (one direction is enough)."
+  description = "The fleet, one entry per animfleet region: its AWS region, capacity, round-trip latency in ms to the other regions (one direction is enough), and its store (`elasticache` or `memorydb`), broker (`redis` or `rabbitmq`) and number of cells (see the module's variables)."
   type = map(object({
     aws_region        = string
     gpu_instance_type = optional(string, "g5.xlarge")
@@ -21,6 +21,9 @@ variable "regions" {
     services_max_size = optional(number, 3)
     router            = optional(bool, false)
     latency_ms        = optional(map(number), {})
+    store_engine      = optional(string, "elasticache")
+    broker_engine     = optional(string, "redis")
+    cell_count        = optional(number, 1)
   }))
   default = {
     us-east = {

@@ -1,6 +1,20 @@
 ################################################################################
-# The region's broker: queues, job records and load reports
+# ElastiCache (Redis OSS): each cell's store when `store_engine` is `elasticache` (also the
+# Celery broker of a `redis` region), or the Celery broker alone next to MemoryDB stores
 ################################################################################
+
+locals {
+  # Group c1 keeps the id of the region's single broker from before cells, so that adding the
+  # variables replaces nothing.
+  elasticache_groups = merge(
+    var.store_engine == "elasticache" ? {
+      for key in local.store_keys : key => key == "c1" ? "${local.name}-broker" : "${local.name}-${key}"
+    } : {},
+    var.store_engine == "memorydb" && var.broker_engine == "redis" ? { celery = "${local.name}-celery" } : {},
+  )
+  # The group that carries the Celery queues of a `redis` region.
+  redis_broker_group = var.store_engine == "elasticache" ? "c1" : "celery"
+}
 
 resource "random_password" "broker_auth_token" {
   # ElastiCache accepts 16-128 printable characters; letters and digits need no URL escaping.
@@ -8,26 +22,9 @@ resource "random_password" "broker_auth_token" {
   special = false
 }
 
-resource "aws_secretsmanager_secret" "broker_auth_token" {
-  #checkov:skip=CKV2_AWS_57:Rotating an ElastiCache auth token needs a coordinated ROTATE/SET on the replication group and a restart of every client; it is an operator runbook step (README, "Deploying a region"), not a Lambda rotation.
-  region = var.aws_region
-
-  name                    = local.broker_secret_name
-  description             = "Auth token of the animfleet ${local.name} broker; instances read it at boot."
-  kms_key_id              = aws_kms_key.this.arn
-  recovery_window_in_days = var.secret_recovery_window_days
-
-  tags = local.tags
-}
-
-resource "aws_secretsmanager_secret_version" "broker_auth_token" {
-  region = var.aws_region
-
-  secret_id     = aws_secretsmanager_secret.broker_auth_token.id
-  secret_string = random_password.broker_auth_token.result
-}
-
 resource "aws_elasticache_subnet_group" "broker" {
+  count = length(local.elasticache_groups) > 0 ? 1 : 0
+
   region = var.aws_region
 
   name        = "${local.name}-broker"
@@ -38,6 +35,8 @@ resource "aws_elasticache_subnet_group" "broker" {
 }
 
 resource "aws_elasticache_parameter_group" "broker" {
+  count = length(local.elasticache_groups) > 0 ? 1 : 0
+
   region = var.aws_region
 
   name        = "${local.name}-broker"
@@ -56,20 +55,37 @@ resource "aws_elasticache_parameter_group" "broker" {
 # Loss window: replication to the replica is asynchronous, so a primary failover can drop the
 # last writes (typically under a second): jobs acknowledged to callers in that window vanish.
 # Losing every node loses everything since the last daily snapshot. Where an accepted job must
-# never be lost, use Amazon MemoryDB instead (a multi-zone transaction log; see the README).
-resource "aws_elasticache_replication_group" "broker" {
+# never be lost, set `store_engine = "memorydb"` (a multi-zone transaction log; see the docs).
+moved {
+  from = aws_elasticache_replication_group.broker
+  to   = aws_elasticache_replication_group.redis["c1"]
+}
+
+moved {
+  from = aws_elasticache_subnet_group.broker
+  to   = aws_elasticache_subnet_group.broker[0]
+}
+
+moved {
+  from = aws_elasticache_parameter_group.broker
+  to   = aws_elasticache_parameter_group.broker[0]
+}
+
+resource "aws_elasticache_replication_group" "redis" {
+  for_each = local.elasticache_groups
+
   region = var.aws_region
 
-  replication_group_id = "${local.name}-broker"
-  description          = "Celery broker and job records of animfleet ${local.name}"
+  replication_group_id = each.value
+  description          = each.key == "celery" ? "Celery broker of animfleet ${local.name}" : "Region store${each.key == local.redis_broker_group && var.broker_engine == "redis" ? " and Celery broker" : ""} of animfleet ${local.name}${var.cell_count > 1 ? " cell ${each.key}" : ""}"
 
   engine               = "redis"
   engine_version       = var.broker_engine_version
   node_type            = var.broker_node_type
   num_cache_clusters   = var.broker_num_cache_clusters
   port                 = local.broker_port
-  parameter_group_name = aws_elasticache_parameter_group.broker.name
-  subnet_group_name    = aws_elasticache_subnet_group.broker.name
+  parameter_group_name = aws_elasticache_parameter_group.broker[0].name
+  subnet_group_name    = aws_elasticache_subnet_group.broker[0].name
   security_group_ids   = [aws_security_group.broker.id]
 
   automatic_failover_enabled = true

@@ -34,7 +34,7 @@ locals {
     fleet_region      = var.fleet_region
     aws_region        = var.aws_region
     package_spec      = var.package_spec
-    pip_index_url     = coalesce(var.pip_index_url, "")
+    pip_index_url     = var.pip_index_url == null ? "" : var.pip_index_url
     python_version    = var.python_version
     uv_version        = var.uv_version
     fleet_parameter   = local.fleet_parameter_name
@@ -56,10 +56,17 @@ locals {
     ref => "worker-${trim(substr(replace(ref, "/[^a-z0-9]+/", "-"), 0, 24), "-")}-${substr(sha256(ref), 0, 8)}"
   }
 
+  # The shared GPU group: one per cell (`worker-c<k>`, its workers serve that cell only), or
+  # `worker` for a whole region. Each is sized by worker_min_size/worker_max_size.
+  shared_worker_groups = {
+    for key in local.store_keys : (var.cell_count == 1 ? "worker" : "worker-${key}") => lookup(local.cell_names, key, "")
+  }
+
   worker_groups = merge(
     {
-      worker = {
+      for group, cell in local.shared_worker_groups : group => {
         version  = null
+        cell     = cell
         models   = [for ref in var.model_versions : ref if !contains(keys(var.version_worker_groups), ref)]
         min_size = var.worker_min_size
         max_size = var.worker_max_size
@@ -68,6 +75,7 @@ locals {
     {
       for ref, group in var.version_worker_groups : local.version_group_keys[ref] => {
         version  = ref
+        cell     = ""
         models   = [ref]
         min_size = group.min_size
         max_size = group.max_size
@@ -109,6 +117,7 @@ locals {
         processes        = ["worker"]
         broker_scope     = "home"
         worker_models    = join(",", spec.models)
+        worker_cell      = spec.cell
         deployments_json = ""
       }
     },
@@ -122,6 +131,7 @@ locals {
         processes        = spec.processes
         broker_scope     = "all"
         worker_models    = ""
+        worker_cell      = ""
         # Only the services group applies the region's deployments (see the user data).
         deployments_json = group == "services" ? local.deployments_json : ""
       }
@@ -183,6 +193,7 @@ resource "aws_launch_template" "this" {
     broker_scope       = each.value.broker_scope
     worker_group_name  = "${local.name}-${each.key}"
     worker_models      = each.value.worker_models
+    worker_cell        = each.value.worker_cell
     deployments_json   = each.value.deployments_json
     deployments_sha256 = local.deployments_sha256
   })))
@@ -252,7 +263,12 @@ resource "aws_autoscaling_group" "worker" {
   }
 
   dynamic "tag" {
-    for_each = merge(local.tags, { Name = "${local.name}-${each.key}" }, each.value.version == null ? {} : { "animfleet:model-version" = each.value.version })
+    for_each = merge(
+      local.tags,
+      { Name = "${local.name}-${each.key}" },
+      each.value.version == null ? {} : { "animfleet:model-version" = each.value.version },
+      each.value.cell == "" ? {} : { "animfleet:cell" = each.value.cell },
+    )
 
     content {
       key                 = tag.key

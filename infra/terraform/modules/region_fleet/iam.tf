@@ -71,15 +71,18 @@ data "aws_iam_policy_document" "fleet_config" {
   }
 }
 
-data "aws_iam_policy_document" "home_broker_token" {
+# The store, the broker and the instances' credentials to them (MemoryDB's ACL user, Amazon MQ's
+# user, ElastiCache's auth token) take no IAM grant: the instances read only the connection
+# secret. Workers read their own region's.
+data "aws_iam_policy_document" "home_connections" {
   statement {
-    sid       = "ReadHomeBrokerToken"
+    sid       = "ReadHomeConnections"
     actions   = ["secretsmanager:GetSecretValue"]
-    resources = [aws_secretsmanager_secret.broker_auth_token.arn]
+    resources = [aws_secretsmanager_secret.connections.arn]
   }
 
   statement {
-    sid       = "DecryptHomeBrokerToken"
+    sid       = "DecryptHomeConnections"
     actions   = ["kms:Decrypt"]
     resources = [aws_kms_key.this.arn]
 
@@ -91,16 +94,16 @@ data "aws_iam_policy_document" "home_broker_token" {
   }
 }
 
-# The gateway and the router talk to every region's broker.
-data "aws_iam_policy_document" "all_broker_tokens" {
+# The gateway and the router talk to every region's broker and store.
+data "aws_iam_policy_document" "all_connections" {
   statement {
-    sid       = "ReadEveryBrokerToken"
+    sid       = "ReadEveryRegionsConnections"
     actions   = ["secretsmanager:GetSecretValue"]
-    resources = [local.all_broker_secrets_arn]
+    resources = [local.all_connection_secrets_arn]
   }
 
   statement {
-    sid       = "DecryptEveryBrokerToken"
+    sid       = "DecryptEveryRegionsConnections"
     actions   = ["kms:Decrypt"]
     resources = ["arn:${local.partition}:kms:*:${local.account_id}:key/*"]
 
@@ -113,7 +116,7 @@ data "aws_iam_policy_document" "all_broker_tokens" {
     condition {
       test     = "StringLike"
       variable = "kms:EncryptionContext:SecretARN"
-      values   = [local.all_broker_secrets_arn]
+      values   = [local.all_connection_secrets_arn]
     }
   }
 }
@@ -160,7 +163,7 @@ data "aws_iam_policy_document" "read_outputs" {
 data "aws_iam_policy_document" "worker" {
   source_policy_documents = [
     data.aws_iam_policy_document.fleet_config.json,
-    data.aws_iam_policy_document.home_broker_token.json,
+    data.aws_iam_policy_document.home_connections.json,
     data.aws_iam_policy_document.no_model_writes.json,
   ]
 
@@ -242,7 +245,7 @@ data "aws_iam_policy_document" "worker" {
 data "aws_iam_policy_document" "services" {
   source_policy_documents = [
     data.aws_iam_policy_document.fleet_config.json,
-    data.aws_iam_policy_document.all_broker_tokens.json,
+    data.aws_iam_policy_document.all_connections.json,
     data.aws_iam_policy_document.read_outputs.json,
     data.aws_iam_policy_document.no_model_writes.json,
   ]
@@ -251,7 +254,7 @@ data "aws_iam_policy_document" "services" {
 data "aws_iam_policy_document" "router" {
   source_policy_documents = [
     data.aws_iam_policy_document.fleet_config.json,
-    data.aws_iam_policy_document.all_broker_tokens.json,
+    data.aws_iam_policy_document.all_connections.json,
   ]
 
   # PutMetricData has no resource type: "*" is the narrowest resource, the namespace condition

@@ -11,8 +11,14 @@ locals {
     "animfleet:region"     = var.fleet_region
   })
 
-  # The variable name the processes read to override this region's broker URL (see animfleet.topology).
+  # The variables the processes read to override this region's broker and store URLs (see
+  # animfleet.topology); a cell's store is overridden under the cell's name.
   broker_env_name = "ANIMFLEET_REGION_${upper(replace(var.fleet_region, "-", "_"))}_BROKER_URL"
+  store_env_name  = "ANIMFLEET_REGION_${upper(replace(var.fleet_region, "-", "_"))}_STORE_URL"
+
+  # Cells c1..cN. A region of one cell is not split: its one store is the region's (key c1).
+  store_keys = [for k in range(1, var.cell_count + 1) : "c${k}"]
+  cell_names = { for key in local.store_keys : key => "${var.fleet_region}-${key}" if var.cell_count > 1 }
 
   config_parameter_prefix = coalesce(var.config_parameter_prefix, "/${var.name}")
   fleet_parameter_name    = "${local.config_parameter_prefix}/fleet.toml"
@@ -22,12 +28,13 @@ locals {
     "arn:${local.partition}:ssm:${var.aws_region}:${local.account_id}:parameter${parameter}"
   ]
 
-  # Every region's broker token is named alike, so the gateway and router of any region can read
-  # them all without knowing the other regions' resources (which would be a dependency cycle).
-  broker_secret_name        = "${var.name}/${var.fleet_region}/broker-auth-token"
-  all_broker_secrets_arn    = "arn:${local.partition}:secretsmanager:*:${local.account_id}:secret:${var.name}/*/broker-auth-token-??????"
-  broker_port               = 6379
-  backlog_per_worker_target = var.acceptable_wait_seconds / var.job_duration_seconds
+  # Every region's connection secret is named alike, so the gateway and router of any region can
+  # read them all without knowing the other regions' resources (which would be a dependency cycle).
+  connection_secret_name     = "${var.name}/${var.fleet_region}/connections"
+  all_connection_secrets_arn = "arn:${local.partition}:secretsmanager:*:${local.account_id}:secret:${var.name}/*/connections-??????"
+  broker_port                = 6379
+  mq_port                    = 5671
+  backlog_per_worker_target  = var.acceptable_wait_seconds / var.job_duration_seconds
 
   # Model versions live in the region's bucket under the storage prefix that fleet.toml gives the
   # region (`output_prefix`): `<prefix>models/blobs/<sha256>` and
@@ -53,14 +60,14 @@ locals {
 }
 
 ################################################################################
-# Encryption key for the broker, its auth token and the output bucket
+# Encryption key for the store, the broker, the connection secret and the output bucket
 ################################################################################
 
 resource "aws_kms_key" "this" {
   #checkov:skip=CKV2_AWS_64:The default key policy delegates to IAM in this account; each instance role gets only kms:Decrypt/GenerateDataKey on this key, through a kms:ViaService condition.
   region = var.aws_region
 
-  description             = "animfleet ${local.name}: broker at rest, broker auth token, outputs"
+  description             = "animfleet ${local.name}: store and broker at rest, connection secret, outputs"
   enable_key_rotation     = true
   deletion_window_in_days = var.kms_key_deletion_window_days
 

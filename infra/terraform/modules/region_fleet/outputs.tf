@@ -12,19 +12,38 @@ output "aws_region" {
   value       = var.aws_region
 }
 
-output "broker_host" {
-  description = "Primary endpoint of the region's Redis broker."
-  value       = aws_elasticache_replication_group.broker.primary_endpoint_address
+output "store_engine" {
+  description = "Where the region store lives: `elasticache` or `memorydb`."
+  value       = var.store_engine
 }
 
-output "broker_port" {
-  description = "TCP port of the region's Redis broker (TLS only)."
-  value       = local.broker_port
+output "broker_engine" {
+  description = "The Celery broker: `redis` or `rabbitmq`."
+  value       = var.broker_engine
 }
 
 output "broker_url" {
-  description = "The broker URL without credentials, as fleet.toml carries it. Processes get the full URL, token included, from ANIMFLEET_REGION_<NAME>_BROKER_URL, which each instance builds at boot."
-  value       = "rediss://${aws_elasticache_replication_group.broker.primary_endpoint_address}:${local.broker_port}/0?ssl_cert_reqs=required"
+  description = "The broker URL without credentials, as fleet.toml carries it (`rediss://...` or `amqps://...:5671`). Processes get the full URL from ANIMFLEET_REGION_<NAME>_BROKER_URL, which each instance sets at boot from the connection secret."
+  value       = local.broker.url
+}
+
+output "store_url" {
+  description = "The region store's URL without credentials (`rediss://...`, or `rediss+cluster://...` on MemoryDB); with cells, cell c1's. Processes get the full URL from ANIMFLEET_REGION_<NAME>_STORE_URL."
+  value       = local.stores["c1"].url
+}
+
+output "cells" {
+  description = "The region's cells (empty when `cell_count` is 1): name, store endpoint and URL without credentials, the variable that carries the full URL on the instances, and the cell's GPU group."
+  value = [
+    for cell in local.cells : {
+      name                          = cell.name
+      store_host                    = local.stores[cell.key].host
+      store_port                    = local.stores[cell.key].port
+      store_url                     = cell.store_url
+      store_env_name                = cell.env_name
+      worker_autoscaling_group_name = aws_autoscaling_group.worker["worker-${cell.key}"].name
+    }
+  ]
 }
 
 output "broker_env_name" {
@@ -32,9 +51,14 @@ output "broker_env_name" {
   value       = local.broker_env_name
 }
 
-output "broker_auth_token_secret_arn" {
-  description = "Secrets Manager secret holding the broker's auth token (the token itself is never an output)."
-  value       = aws_secretsmanager_secret.broker_auth_token.arn
+output "store_env_name" {
+  description = "The environment variable that carries this region's full store URL on the instances."
+  value       = local.store_env_name
+}
+
+output "connection_secret_arn" {
+  description = "Secrets Manager secret holding the broker and store URLs with their credentials, as a JSON map of environment variables (its value is never an output)."
+  value       = aws_secretsmanager_secret.connections.arn
 }
 
 output "bucket_name" {
@@ -53,7 +77,7 @@ output "output_prefix" {
 }
 
 output "kms_key_arn" {
-  description = "KMS key encrypting the broker, its auth token and the created output bucket."
+  description = "KMS key encrypting the stores, the broker, the connection secret and the created output bucket."
   value       = aws_kms_key.this.arn
 }
 
@@ -63,13 +87,13 @@ output "fleet_parameter_name" {
 }
 
 output "brokers_parameter_name" {
-  description = "SSM parameter, in this AWS region, that must hold brokers.json: {region: {host, port, secret_arn}}."
+  description = "SSM parameter, in this AWS region, that must hold brokers.json: {region: {secret_arn}}, every region's connection secret."
   value       = local.brokers_parameter_name
 }
 
-output "worker_autoscaling_group_name" {
-  description = "The GPU worker group."
-  value       = aws_autoscaling_group.worker["worker"].name
+output "worker_autoscaling_group_names" {
+  description = "The shared GPU worker groups: `worker`, or `worker-c<k>` per cell."
+  value       = { for group in keys(local.shared_worker_groups) : group => aws_autoscaling_group.worker[group].name }
 }
 
 output "version_worker_autoscaling_group_names" {
@@ -93,8 +117,8 @@ output "router_autoscaling_group_name" {
 }
 
 output "security_group_ids" {
-  description = "Security groups by process kind (broker, worker, services, router)."
-  value       = merge({ broker = aws_security_group.broker.id }, local.security_groups)
+  description = "Security groups by kind (broker: the Redis stores and broker; mq: the RabbitMQ broker; worker, services, router)."
+  value       = merge({ broker = aws_security_group.broker.id }, { for group in aws_security_group.mq : "mq" => group.id }, local.security_groups)
 }
 
 output "iam_role_arns" {

@@ -13,6 +13,43 @@ locals {
   # One job runs per worker; on top of it, acceptable_wait_seconds / job_duration_seconds jobs
   # per worker is the most backlog that still starts within the acceptable wait.
   scaling_signal_target = 1 + local.backlog_per_worker_target
+
+  # The backlog policies act on each shared GPU group (one per cell) and keep the names they had
+  # before cells for the `worker` group. The metrics are region-wide: every cell's group follows
+  # the region's work per worker.
+  scaled_worker_groups = {
+    for group in keys(local.shared_worker_groups) : group => group == "worker" ? local.name : "${local.name}-${group}"
+  }
+}
+
+moved {
+  from = aws_autoscaling_policy.worker_backlog
+  to   = aws_autoscaling_policy.worker_backlog["worker"]
+}
+
+moved {
+  from = aws_autoscaling_policy.worker_wake
+  to   = aws_autoscaling_policy.worker_wake["worker"]
+}
+
+moved {
+  from = aws_cloudwatch_metric_alarm.worker_wake
+  to   = aws_cloudwatch_metric_alarm.worker_wake["worker"]
+}
+
+moved {
+  from = aws_autoscaling_policy.worker_idle
+  to   = aws_autoscaling_policy.worker_idle["worker"]
+}
+
+moved {
+  from = aws_cloudwatch_metric_alarm.worker_idle
+  to   = aws_cloudwatch_metric_alarm.worker_idle["worker"]
+}
+
+moved {
+  from = aws_cloudwatch_metric_alarm.no_live_workers
+  to   = aws_cloudwatch_metric_alarm.no_live_workers["worker"]
 }
 
 # Each worker clears one job per job_duration_seconds. Target tracking adds instances to hold the
@@ -20,10 +57,12 @@ locals {
 # the constant GPUs per instance, which the ratio absorbs). It never scales in: that is the idle
 # policy below, which removes only instances beyond what is running.
 resource "aws_autoscaling_policy" "worker_backlog" {
+  for_each = local.scaled_worker_groups
+
   region = var.aws_region
 
-  name                   = "${local.name}-backlog-per-worker"
-  autoscaling_group_name = aws_autoscaling_group.worker["worker"].name
+  name                   = "${each.value}-backlog-per-worker"
+  autoscaling_group_name = aws_autoscaling_group.worker[each.key].name
   policy_type            = "TargetTrackingScaling"
 
   target_tracking_configuration {
@@ -47,10 +86,12 @@ resource "aws_autoscaling_policy" "worker_backlog" {
 # backlog (or queued) in an empty group starts one instance, after which the backlog policy takes
 # over.
 resource "aws_autoscaling_policy" "worker_wake" {
+  for_each = local.scaled_worker_groups
+
   region = var.aws_region
 
-  name                    = "${local.name}-wake-from-zero"
-  autoscaling_group_name  = aws_autoscaling_group.worker["worker"].name
+  name                    = "${each.value}-wake-from-zero"
+  autoscaling_group_name  = aws_autoscaling_group.worker[each.key].name
   policy_type             = "StepScaling"
   adjustment_type         = "ChangeInCapacity"
   metric_aggregation_type = "Maximum"
@@ -62,15 +103,17 @@ resource "aws_autoscaling_policy" "worker_wake" {
 }
 
 resource "aws_cloudwatch_metric_alarm" "worker_wake" {
+  for_each = local.scaled_worker_groups
+
   region = var.aws_region
 
-  alarm_name          = "${local.name}-jobs-queued-with-no-instances"
+  alarm_name          = "${each.value}-jobs-queued-with-no-instances"
   alarm_description   = "Jobs wait in ${var.fleet_region}'s backlog or queue and its GPU group is at zero: start an instance."
   comparison_operator = "GreaterThanOrEqualToThreshold"
   threshold           = 1
   evaluation_periods  = 1
   treat_missing_data  = "notBreaching"
-  alarm_actions       = [aws_autoscaling_policy.worker_wake.arn]
+  alarm_actions       = [aws_autoscaling_policy.worker_wake[each.key].arn]
 
   metric_query {
     id          = "wake"
@@ -109,7 +152,7 @@ resource "aws_cloudwatch_metric_alarm" "worker_wake" {
     metric {
       namespace   = "AWS/AutoScaling"
       metric_name = "GroupDesiredCapacity"
-      dimensions  = { AutoScalingGroupName = aws_autoscaling_group.worker["worker"].name }
+      dimensions  = { AutoScalingGroupName = aws_autoscaling_group.worker[each.key].name }
       stat        = "Maximum"
       period      = 60
     }
@@ -121,10 +164,12 @@ resource "aws_cloudwatch_metric_alarm" "worker_wake" {
 # Scale in one instance at a time, and only while workers sit idle with nothing waiting: the
 # group never shrinks below the workers that run or are about to run a job.
 resource "aws_autoscaling_policy" "worker_idle" {
+  for_each = local.scaled_worker_groups
+
   region = var.aws_region
 
-  name                    = "${local.name}-idle-scale-in"
-  autoscaling_group_name  = aws_autoscaling_group.worker["worker"].name
+  name                    = "${each.value}-idle-scale-in"
+  autoscaling_group_name  = aws_autoscaling_group.worker[each.key].name
   policy_type             = "StepScaling"
   adjustment_type         = "ChangeInCapacity"
   metric_aggregation_type = "Minimum"
@@ -136,16 +181,20 @@ resource "aws_autoscaling_policy" "worker_idle" {
 }
 
 resource "aws_cloudwatch_metric_alarm" "worker_idle" {
+  for_each = local.scaled_worker_groups
+
   region = var.aws_region
 
-  alarm_name          = "${local.name}-idle-workers"
+  alarm_name          = "${each.value}-idle-workers"
   alarm_description   = "Workers in ${var.fleet_region} sat idle with an empty backlog for ${var.scale_in_idle_minutes} minutes: remove one instance."
   comparison_operator = "GreaterThanOrEqualToThreshold"
-  threshold           = 1
+  # Every cell's group removes one instance on the region-wide figure: wait for as many idle
+  # workers as there are groups.
+  threshold           = length(local.scaled_worker_groups)
   evaluation_periods  = var.scale_in_idle_minutes
   datapoints_to_alarm = var.scale_in_idle_minutes
   treat_missing_data  = "notBreaching"
-  alarm_actions       = [aws_autoscaling_policy.worker_idle.arn]
+  alarm_actions       = [aws_autoscaling_policy.worker_idle[each.key].arn]
 
   metric_query {
     id          = "idle"
@@ -278,9 +327,11 @@ resource "aws_cloudwatch_metric_alarm" "failure_rate" {
 }
 
 resource "aws_cloudwatch_metric_alarm" "no_live_workers" {
+  for_each = local.scaled_worker_groups
+
   region = var.aws_region
 
-  alarm_name          = "${local.name}-no-live-workers"
+  alarm_name          = "${each.value}-no-live-workers"
   alarm_description   = "The ${var.fleet_region} GPU group wants instances but no worker has reported live for ${var.no_live_workers_alarm_minutes} minutes (or the router stopped publishing): jobs there cannot run."
   comparison_operator = "GreaterThanOrEqualToThreshold"
   threshold           = 1
@@ -316,7 +367,7 @@ resource "aws_cloudwatch_metric_alarm" "no_live_workers" {
     metric {
       namespace   = "AWS/AutoScaling"
       metric_name = "GroupDesiredCapacity"
-      dimensions  = { AutoScalingGroupName = aws_autoscaling_group.worker["worker"].name }
+      dimensions  = { AutoScalingGroupName = aws_autoscaling_group.worker[each.key].name }
       stat        = "Maximum"
       period      = 60
     }

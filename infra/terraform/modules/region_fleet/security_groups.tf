@@ -104,7 +104,7 @@ resource "aws_vpc_security_group_egress_rule" "to_broker" {
   region = var.aws_region
 
   security_group_id            = each.value
-  description                  = "TLS Redis to the region's broker"
+  description                  = "TLS Redis to the region's stores and Redis broker"
   ip_protocol                  = "tcp"
   from_port                    = local.broker_port
   to_port                      = local.broker_port
@@ -119,10 +119,72 @@ resource "aws_vpc_security_group_egress_rule" "to_remote_brokers" {
   region = var.aws_region
 
   security_group_id = local.remote_broker_clients[each.value.group]
-  description       = "TLS Redis to other regions' brokers"
+  description       = "TLS Redis to other regions' stores and Redis brokers"
   ip_protocol       = "tcp"
   from_port         = local.broker_port
   to_port           = local.broker_port
+  cidr_ipv4         = each.value.cidr
+
+  tags = local.tags
+}
+
+# RabbitMQ (`broker_engine = "rabbitmq"`): AMQP over TLS from the same processes, nothing else.
+resource "aws_vpc_security_group_ingress_rule" "mq_from_fleet" {
+  for_each = local.rabbitmq ? local.client_groups : {}
+
+  region = var.aws_region
+
+  security_group_id            = aws_security_group.mq[0].id
+  description                  = "AMQPS from the ${each.key} instances"
+  ip_protocol                  = "tcp"
+  from_port                    = local.mq_port
+  to_port                      = local.mq_port
+  referenced_security_group_id = each.value
+
+  tags = local.tags
+}
+
+resource "aws_vpc_security_group_ingress_rule" "mq_from_remote" {
+  for_each = local.rabbitmq ? toset(var.remote_broker_client_cidr_blocks) : toset([])
+
+  region = var.aws_region
+
+  security_group_id = aws_security_group.mq[0].id
+  description       = "AMQPS from gateways and the router in other regions"
+  ip_protocol       = "tcp"
+  from_port         = local.mq_port
+  to_port           = local.mq_port
+  cidr_ipv4         = each.value
+
+  tags = local.tags
+}
+
+resource "aws_vpc_security_group_egress_rule" "to_mq" {
+  for_each = local.rabbitmq ? local.client_groups : {}
+
+  region = var.aws_region
+
+  security_group_id            = each.value
+  description                  = "AMQPS to the region's RabbitMQ broker"
+  ip_protocol                  = "tcp"
+  from_port                    = local.mq_port
+  to_port                      = local.mq_port
+  referenced_security_group_id = aws_security_group.mq[0].id
+
+  tags = local.tags
+}
+
+# Other regions may run RabbitMQ brokers whatever this one runs.
+resource "aws_vpc_security_group_egress_rule" "to_remote_mq" {
+  for_each = local.remote_broker_rules
+
+  region = var.aws_region
+
+  security_group_id = local.remote_broker_clients[each.value.group]
+  description       = "AMQPS to other regions' RabbitMQ brokers"
+  ip_protocol       = "tcp"
+  from_port         = local.mq_port
+  to_port           = local.mq_port
   cidr_ipv4         = each.value.cidr
 
   tags = local.tags

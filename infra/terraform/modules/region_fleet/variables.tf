@@ -335,6 +335,11 @@ variable "version_worker_groups" {
   }
 
   validation {
+    condition     = var.cell_count == 1 || length(var.version_worker_groups) == 0
+    error_message = "`version_worker_groups` needs `cell_count = 1`: a dedicated group would serve one cell only."
+  }
+
+  validation {
     condition     = alltrue([for group in values(var.version_worker_groups) : group.min_size >= 0 && group.max_size >= 1 && group.max_size >= group.min_size && floor(group.min_size) == group.min_size && floor(group.max_size) == group.max_size])
     error_message = "`version_worker_groups` sizes must be whole numbers with 0 <= min_size <= max_size and max_size >= 1."
   }
@@ -439,7 +444,88 @@ variable "remote_broker_cidr_blocks" {
 }
 
 ################################################################################
-# Broker
+# Region store and broker: engines and cells
+################################################################################
+
+variable "store_engine" {
+  description = "Where the region store (job records, backlog, heartbeats, idempotency) lives: `elasticache` (Redis OSS with an asynchronous replica: a failover can drop the last acknowledged writes) or `memorydb` (Amazon MemoryDB, cluster mode, TLS and an ACL user: an acknowledged write is in a multi-zone transaction log and survives the loss of the primary)."
+  type        = string
+  default     = "elasticache"
+
+  validation {
+    condition     = contains(["elasticache", "memorydb"], var.store_engine)
+    error_message = "`store_engine` must be `elasticache` or `memorydb`."
+  }
+}
+
+variable "broker_engine" {
+  description = "The Celery broker: `redis` (on ElastiCache: the region store's own Redis when `store_engine` is `elasticache`, else a Redis of its own, since Celery's Redis transport cannot use a cluster) or `rabbitmq` (Amazon MQ for RabbitMQ, a three-node multi-zone cluster; the workers declare quorum queues)."
+  type        = string
+  default     = "redis"
+
+  validation {
+    condition     = contains(["redis", "rabbitmq"], var.broker_engine)
+    error_message = "`broker_engine` must be `redis` or `rabbitmq`."
+  }
+}
+
+variable "cell_count" {
+  description = "Cells the region is split into: each cell `<fleet_region>-c<k>` (k = 1..cell_count) gets a store of its own, its own broker queues on the region's broker, and a GPU worker group of its own sized by `worker_min_size`/`worker_max_size`. 1 keeps the region whole."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.cell_count >= 1 && var.cell_count <= 16 && floor(var.cell_count) == var.cell_count
+    error_message = "`cell_count` must be a whole number from 1 to 16."
+  }
+}
+
+variable "memorydb_node_type" {
+  description = "MemoryDB node type of the region store when `store_engine` is `memorydb`."
+  type        = string
+  default     = "db.t4g.medium"
+
+  validation {
+    condition     = can(regex("^db\\.[a-z0-9]+\\.[a-z0-9]+$", var.memorydb_node_type))
+    error_message = "`memorydb_node_type` must be a MemoryDB node type such as `db.t4g.medium` or `db.r7g.large`."
+  }
+}
+
+variable "memorydb_replicas_per_shard" {
+  description = "Replicas of each MemoryDB shard, placed in other availability zones; one takes over when the primary fails, without losing acknowledged writes."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.memorydb_replicas_per_shard >= 1 && var.memorydb_replicas_per_shard <= 5 && floor(var.memorydb_replicas_per_shard) == var.memorydb_replicas_per_shard
+    error_message = "`memorydb_replicas_per_shard` must be a whole number from 1 to 5: without a replica a node failure stops the region until the node is replaced."
+  }
+}
+
+variable "mq_instance_type" {
+  description = "Amazon MQ instance type of the RabbitMQ cluster's three nodes when `broker_engine` is `rabbitmq`."
+  type        = string
+  default     = "mq.m5.large"
+
+  validation {
+    condition     = can(regex("^mq\\.m[0-9]+g?\\.[0-9]*x?large$", var.mq_instance_type))
+    error_message = "`mq_instance_type` must be an Amazon MQ cluster instance type such as `mq.m5.large` or `mq.m7g.large` (`mq.t3.micro` runs single-instance brokers only)."
+  }
+}
+
+variable "mq_engine_version" {
+  description = "RabbitMQ engine version of the Amazon MQ broker (3.13 or newer: quorum queues with a delivery limit)."
+  type        = string
+  default     = "3.13"
+
+  validation {
+    condition     = can(regex("^(3\\.1[3-9]|[4-9]\\.[0-9]+)$", var.mq_engine_version))
+    error_message = "`mq_engine_version` must be a RabbitMQ minor version of 3.13 or newer, such as `3.13` or `4.2`."
+  }
+}
+
+################################################################################
+# ElastiCache (the store when `store_engine` is `elasticache`, the Redis broker)
 ################################################################################
 
 variable "broker_node_type" {
@@ -476,7 +562,7 @@ variable "broker_engine_version" {
 }
 
 variable "broker_snapshot_retention_days" {
-  description = "Days of daily broker snapshots to keep (queued jobs and job records survive a total loss of the group)."
+  description = "Days of daily snapshots of the region's ElastiCache groups and MemoryDB clusters to keep (queued jobs and job records survive the loss of every node, up to the last snapshot)."
   type        = number
   default     = 3
 
@@ -487,7 +573,7 @@ variable "broker_snapshot_retention_days" {
 }
 
 variable "secret_recovery_window_days" {
-  description = "Days a deleted broker auth token secret can be restored; 0 deletes it at once, so a torn-down region can be recreated under the same name straight away."
+  description = "Days a deleted connection secret can be restored; 0 deletes it at once, so a torn-down region can be recreated under the same name straight away."
   type        = number
   default     = 7
 
