@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv lock docs browser test-sdk test-sdk-ts generate-sdk-ts generate-sdk-sync fuzz-api demo test test-unit test-e2e test-faults loadtest lint typecheck clean bench \
+.PHONY: venv lock docs browser test-sdk test-sdk-ts generate-sdk-ts generate-sdk-sync fuzz-api demo test test-unit test-e2e test-faults test-faults-cluster test-e2e-cluster test-stores loadtest lint typecheck clean bench \
 	bench-model bench-overhead bench-gateway bench-dispatch simulate sim-templates bench-placement \
 	bench-scale \
 	tune-model compile-model bench-aot bench-boot bench-versions eval-served
@@ -107,6 +107,18 @@ loadtest: venv
 # Faults injected into real local fleets (part of `make test` too): kills, restarts, outages.
 test-faults: venv
 	$(PY) -m pytest tests/faults
+
+# The same fault and end-to-end suites with each region's store on a Redis Cluster of its own
+# (3 masters, 3 replicas) and its broker on the plain Redis (needs the store-to-broker relay).
+test-faults-cluster: venv
+	ANIMFLEET_TEST_STORE=cluster $(PY) -m pytest tests/faults
+
+test-e2e-cluster: venv
+	ANIMFLEET_TEST_STORE=cluster $(PY) -m pytest tests/e2e
+
+# The store-level suites, each test on one Redis and on a Redis Cluster.
+test-stores: venv
+	$(PY) -m pytest tests/animfleet/region tests/faults/test_store_failover.py
 
 bench-overhead: venv
 	$(PY) benchmarks/overhead.py

@@ -83,7 +83,7 @@ def measure(jobs: int, root: Path) -> tuple[tuple[float, float], tuple[float, fl
         ]
         _wait(lambda: all(client.get(i).status.terminal for i in ids), "jobs terminal", 300)
         store = redis.Redis.from_url(fleet.redis_url("rb"))
-        _wait(lambda: store.zcard("animfleet:webhook-due:rb") == 0, "webhooks settled", 120)
+        _wait(lambda: store.zcard("{animfleet}:webhook-due:rb") == 0, "webhooks settled", 120)
         time.sleep(1.0)  # a settled delivery's last write lands just after its due entry goes
         settled = _job_bytes(store, ids)
         archived = _archive_all(fleet, store, ids)
@@ -95,9 +95,9 @@ def measure(jobs: int, root: Path) -> tuple[tuple[float, float], tuple[float, fl
 def _job_bytes(store: redis.Redis, ids: list[str]) -> tuple[float, float]:
     """(bytes, keys) per job over every key that names a job or holds a webhook delivery."""
     total, keys = 0, 0
-    for key in store.scan_iter("animfleet:*"):
+    for key in store.scan_iter("{animfleet}:*"):
         name = key.decode()
-        if any(job_id in name for job_id in ids) or name.startswith("animfleet:webhook:"):
+        if any(job_id in name for job_id in ids) or name.startswith("{animfleet}:webhook:"):
             total += int(store.memory_usage(key) or 0)
             keys += 1
     return total / len(ids), keys / len(ids)

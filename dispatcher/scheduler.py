@@ -40,6 +40,7 @@ from animfleet.region.jobstore import (
     JobStore,
     expire_if_overdue,
 )
+from animfleet.region.keys import queue_in_store
 from animfleet.region.status import read_region_status
 from animfleet.region.tenants import Tenants
 from animfleet.settings import EnvSettings, load
@@ -134,7 +135,7 @@ class RegionScheduler:
         self.handoff = Handoff(
             self.store(region).redis,
             region,
-            topology.region(region).queue,
+            queue_in_store(topology.region(region).queue, topology.region(region).store_is_broker),
             admission.allowance,
             HandoffSettings(
                 settings.handoff,

@@ -41,6 +41,7 @@ def cmd_local_up(args: argparse.Namespace) -> int:
         Path(args.root),
         regions=regions,
         storage=args.storage,
+        store=args.store,
         workers_per_region=args.workers,
         model_dir=Path(args.model) if args.model else None,
         gateway=not args.no_api,
@@ -112,6 +113,13 @@ def add_local_commands(sub: Any) -> None:
     up.add_argument("--root", default="run/local", help="state directory (emptied first)")
     up.add_argument(
         "--storage", choices=["local", "s3"], default="s3", help="local directory or SeaweedFS S3"
+    )
+    up.add_argument(
+        "--store",
+        choices=["redis", "cluster"],
+        default="redis",
+        help="each region's store: the broker's Redis, or a Redis Cluster of its own "
+        "(3 masters, 3 replicas; the broker stays a plain Redis)",
     )
     up.add_argument("--workers", type=int, default=1, help="workers per region")
     up.add_argument(

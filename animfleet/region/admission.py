@@ -77,7 +77,10 @@ Mode = Literal["direct", "backlog", "seed"]
 # A direct admission goes to the worker holding most of the job's things (ties by name) that
 # is live, idle and has nothing in its direct queue (the 4th answer names it, '' for the shared
 # queue KEYS[7]). The direct queues' names are built here (``<prefix><worker>``): which worker
-# is chosen is only known inside the script, and a region's keys all live in one Redis.
+# is chosen is only known inside the script (from the held-by sets it reads). The prefix is
+# the store's list for the GPU queue (:func:`animfleet.region.keys.queue_in_store`): on a
+# cluster store it starts with the store's hash tag like every declared key, so the direct
+# queue hashes to their slot, which is all Redis Cluster checks.
 _ADMIT = (
     LUA_ADMISSION_LIMIT
     + """
@@ -222,7 +225,7 @@ class AdmissionScript:
             START_BY_SET + self.region,
             JOB_KEY + record.id,
             INPUT_KEY + record.id,
-            queue or record.region,  # unused by a seed
+            queue or QUEUED_SET + self.region,  # unused by a seed (any key of the store's slot)
             HOLDING_SET + record.home_region,
             backlog.all_key,
             backlog.tenant_key(tenant),

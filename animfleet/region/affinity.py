@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 import redis
 
 from animfleet.addons import AddonUse
-from animfleet.region.keys import DIRECT_QUEUES, HELD_BY, PREFETCH_CHANNEL
+from animfleet.region.keys import DIRECT_QUEUES, HELD_BY, PREFETCH_CHANNEL, queue_in_store
 from animfleet.topology import Region
 
 # Holders a dispatcher offers the admission script, best first.
@@ -109,14 +109,20 @@ class Holdings:
 
 
 class DirectQueues:
-    """``direct-queues:<region>``: the workers that consume a direct queue of their own."""
+    """``direct-queues:<region>``: the workers that consume a direct queue of their own.
+
+    The lists it reads and rescues are the store's (:func:`.keys.queue_in_store`): the queues
+    themselves when the store is the broker, else the messages not yet relayed to the broker.
+    """
 
     def __init__(self, client: redis.Redis, region: Region) -> None:
         self.redis, self.region = client, region
         self.key = DIRECT_QUEUES + region.name
+        self.shared = queue_in_store(region.queue, region.store_is_broker)
 
     def queue(self, worker: str) -> str:
-        return direct_queue(self.region, worker)
+        """The store's list of ``worker``'s direct queue."""
+        return queue_in_store(direct_queue(self.region, worker), self.region.store_is_broker)
 
     def register(self, worker: str) -> str:
         """Record that ``worker`` consumes its direct queue; returns the queue's name."""
@@ -135,11 +141,9 @@ class DirectQueues:
             worker = raw.decode() if isinstance(raw, bytes) else str(raw)
             if consuming(worker):
                 continue
-            queue = direct_queue(self.region, worker)
+            queue = self.queue(worker)
             # Messages go in on the left and are popped from the right: the right is oldest.
-            while (
-                message := self.redis.lmove(queue, self.region.queue, "RIGHT", "LEFT")
-            ) is not None:
+            while (message := self.redis.lmove(queue, self.shared, "RIGHT", "LEFT")) is not None:
                 moved.append(message.decode() if isinstance(message, bytes) else str(message))
             self.redis.srem(self.key, worker)
             if self.redis.llen(queue):  # pushed between the last move and the SREM

@@ -41,6 +41,13 @@ from animfleet.region.keys import BUSY_SET, DIRECT_QUEUES, JOB_KEY, WORKER_SET
 #       mode ('home' | 'claim'), target region (claim), most entries to look at, claim token,
 #       window, bypass limit, borrow, n, the n workers, m, then m (job id, holder-set key
 #       indices joined by ',') pairs
+# Undeclared keys: the tenant whose turn it is comes from the ring and the job from that
+# tenant's queue, both read inside this atomic step, so the script builds those two keys from
+# the prefixes in ARGV (a tenant's backlog, a job's record). Passing them as KEYS would need a
+# read ahead of every take and a retry whenever a submit or another take moved the ring in
+# between. Both prefixes start with the store's hash tag (:mod:`animfleet.region.keys`), as
+# every declared key does, so on a Redis Cluster they hash to the declared keys' slot, which
+# is all the cluster checks (a key of another slot would fail the call, never go astray).
 TAKE = (
     LUA_ADMISSION_LIMIT
     + """

@@ -12,9 +12,16 @@ their direct queues), :mod:`.sweeper` (its lease and the
 time a region lost its last worker) and :mod:`.backlog` with :mod:`.handoff` (the backlog; the
 admission script adds to it, and a move onto the GPU queue adds to the queued set).
 The routing table is written by the router and read by dispatchers (``dispatcher/routing``).
+
+Every key starts with one hash tag (``{animfleet}``), so on a Redis Cluster (MemoryDB runs only in
+cluster mode) all of a store's keys hash to one slot: its scripts, transactions and multi-key
+commands are then legal there, and a script may touch a key it builds from a declared key's
+prefix (a record by job id, a tenant's backlog) because that key shares the tag and so the
+slot. One constant tag is enough: a store holds one region (or one cell, each its own store),
+so a store never needs to spread its keys over slots; a region grows past one shard by cells.
 """
 
-KEY_PREFIX = "animfleet:"
+KEY_PREFIX = "{animfleet}:"
 JOB_KEY = KEY_PREFIX + "job:"  # + job id -> JSON job record
 INPUT_KEY = KEY_PREFIX + "input:"  # + job id -> input image bytes until the job is terminal
 
@@ -100,6 +107,18 @@ HELD_BY = KEY_PREFIX + "held-by:"  # + region + ":" + thing -> zset worker -> cl
 DIRECT_QUEUES = KEY_PREFIX + "direct-queues:"  # + region -> set of workers with a direct queue
 PREFETCH_CHANNEL = KEY_PREFIX + "prefetch:"  # + region -> pub/sub: load these add-ons now
 
+# When the store is not the broker (a cluster store, the broker apart), store code cannot push
+# onto a GPU queue in its atomic steps: it pushes onto the store's list for that queue instead,
+# which shares the store's hash tag (see :func:`queue_in_store`), for a relay to move on.
+STORE_QUEUE = KEY_PREFIX + "queue:"  # + GPU or direct queue name -> list of Celery messages
+
 # A finished job's record is kept this long; its input bytes only until it is terminal.
 RECORD_TTL_S = 7 * 24 * 3600
 INPUT_TTL_S = 2 * 24 * 3600
+
+
+def queue_in_store(queue: str, store_is_broker: bool) -> str:
+    """The store list onto which store code pushes ``queue``'s Celery messages: the broker's
+    queue itself when the store is the broker, else its :data:`STORE_QUEUE` list (which
+    shares the store's hash tag; a direct queue's name is built from it the same way)."""
+    return queue if store_is_broker else STORE_QUEUE + queue

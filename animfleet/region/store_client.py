@@ -14,6 +14,8 @@ from typing import Any, cast
 import redis
 from redis.cluster import RedisCluster
 
+from animfleet.region.keys import KEY_PREFIX
+
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
 
@@ -34,3 +36,14 @@ def store_client(url: str, **options: Any) -> redis.Redis:
         cluster = RedisCluster.from_url(f"{CLUSTER_SCHEMES[scheme]}://{rest}", **options)
         return cast(redis.Redis, cluster)
     return redis.Redis.from_url(url, **options)
+
+
+def server_info(client: redis.Redis, section: str) -> dict[str, Any]:
+    """``INFO section`` of the server holding the store's keys: on a cluster, the master now
+    serving the store's slot (a plain INFO there asks some node, whose uptime says nothing
+    about the store's)."""
+    if isinstance(client, RedisCluster):
+        node = client.get_node_from_key(KEY_PREFIX)
+        return cast(dict[str, Any], client.info(section, target_nodes=node))
+    info: dict[str, Any] = client.info(section)
+    return info

@@ -45,10 +45,12 @@ from animfleet.region.keys import (
     QUEUED_SET,
     SWEEP_LEASE_KEY,
     WORKER_SET,
+    queue_in_store,
 )
 from animfleet.region.messages import AnimateMessages
 from animfleet.region.retention import Retention
 from animfleet.region.runs import RunLeases
+from animfleet.region.store_client import server_info
 from animfleet.region.usage import UsageBook
 from animfleet.region.workers import WorkerRegistry
 from animfleet.settings import EnvSettings, load
@@ -100,6 +102,7 @@ class Sweeper:
         objects: Objects | None = None,
     ) -> None:
         self.region, self.store, self.settings = region, store, settings
+        self.queue = queue_in_store(region.queue, region.store_is_broker)  # a requeue pushes here
         self.objects = objects
         prefix = region.storage.prefix
         self.archive = RecordArchive(objects, prefix) if objects is not None else None
@@ -149,7 +152,7 @@ class Sweeper:
         return result
 
     def _redis_up_s(self) -> float:
-        info = self.redis.info("server")
+        info = server_info(self.redis, "server")
         return float(info.get("uptime_in_seconds", 0))
 
     # -- running jobs whose run is gone ------------------------------------------------------
@@ -187,7 +190,7 @@ class Sweeper:
 
         def push(pipe: redis.client.Pipeline, record: JobRecord) -> None:
             if record.status is JobState.QUEUED:
-                pipe.lpush(self.region.queue, self.messages.for_job(record.id))
+                pipe.lpush(self.queue, self.messages.for_job(record.id))
 
         try:
             self.store.update(seen.id, change, also=push, watch=(RunLeases.key(seen.id),))

@@ -20,6 +20,7 @@ from animfleet.jobs import JobRecord
 from animfleet.region.admission import Admission, AdmissionOutcome, AdmissionScript, BacklogCaps
 from animfleet.region.affinity import Holdings, announce_prefetch, direct_queue, things_of
 from animfleet.region.jobstore import JobStore
+from animfleet.region.keys import queue_in_store
 from animfleet.region.messages import AnimateMessages
 from animfleet.topology import Region
 
@@ -40,7 +41,7 @@ class RegionQueue:
         self.script = AdmissionScript(store.redis, region.name)
         self.messages = AnimateMessages(region)
         self.holdings = Holdings(store.redis, region.name) if affinity else None
-        self.direct_prefix = direct_queue(region, "")
+        self.direct_prefix = queue_in_store(direct_queue(region, ""), region.store_is_broker)
 
     def admit(
         self,
@@ -70,7 +71,7 @@ class RegionQueue:
             inputs,
             mode="backlog" if backlog else "direct",
             message=self.messages.for_job(record.id),
-            queue=self.region.queue,
+            queue=queue_in_store(self.region.queue, self.region.store_is_broker),
             allowance=self.allowance,
             caps=self._caps(tenant_cap),
             idempotency=idempotency,

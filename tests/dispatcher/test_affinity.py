@@ -128,4 +128,4 @@ def test_admitting_a_job_with_addons_asks_its_worker_to_prefetch(
             notices.append(parse_prefetch(message["data"]))
     assert notices == [(["shake", "orbit"], "a"), (["pulse"], None), (["sentinel"], None)]
     pubsub.close()
-    assert json.loads(client.get("animfleet:job:j1") or b"{}")["id"] == "j1"
+    assert json.loads(client.get("{animfleet}:job:j1") or b"{}")["id"] == "j1"

@@ -62,7 +62,7 @@ def test_direct_while_a_gpu_is_free_then_backlog_then_caps(
     assert client.llen("animate.b1") == 1
     assert q.admit(record("b1.b"), b"img", backlog=True).outcome == AdmissionOutcome.BACKLOGGED
     assert client.llen("animate.b1") == 1 and q.script.backlog.depth() == 1
-    assert client.get("animfleet:job:b1.b") and client.get("animfleet:input:b1.b") == b"img"
+    assert client.get("{animfleet}:job:b1.b") and client.get("{animfleet}:input:b1.b") == b"img"
     for index in range(2):
         assert (
             q.admit(record(f"b1.c{index}"), b"i", backlog=True).outcome
@@ -70,7 +70,7 @@ def test_direct_while_a_gpu_is_free_then_backlog_then_caps(
         )
     tenant_full = q.admit(record("b1.d"), b"img", backlog=True)  # tenant cap 3
     assert (tenant_full.outcome, tenant_full.cap) == (AdmissionOutcome.CAPPED, "tenant")
-    assert not client.exists("animfleet:job:b1.d")
+    assert not client.exists("{animfleet}:job:b1.d")
     for index in range(2):
         q.admit(record(f"b1.e{index}", tenant="u"), b"i", backlog=True)
     region_full = q.admit(record("b1.f", tenant="v"), b"img", backlog=True)  # region cap 5
@@ -97,7 +97,7 @@ def test_moves_home_by_weighted_round_robin_then_priority_then_fifo(
         "b1.a0", "b1.a1", "b1.urgent", "b1.a2", "b1.a3", "b1.b0", "b1.a4", "b1.a5", "b1.b1",
         "b1.b2",
     ]  # fmt: skip
-    assert client.llen("animate.b1") == 10 and client.zcard("animfleet:queued:b1") == 10
+    assert client.llen("animate.b1") == 10 and client.zcard("{animfleet}:queued:b1") == 10
     assert taken.remaining == 0 and q.script.backlog.depth() == 0
 
 
@@ -175,9 +175,9 @@ def test_a_full_region_spills_its_backlog_to_a_neighbour_with_room(
     home, there = JobStore(dbs["b1"]).get("b1.s0"), JobStore(dbs["b2"]).get("b1.s0")
     assert home.region == "b2" and there.region == "b2" and there.status is JobState.QUEUED
     assert JobStore(dbs["b2"]).input_image("b1.s0") == b"img"
-    assert not dbs["b1"].exists("animfleet:input:b1.s0")  # the input moved with the job
-    assert not dbs["b1"].zscore("animfleet:holding:b1", "b1.s0")
-    assert dbs["b2"].zscore("animfleet:holding:b1", "b1.s0")  # still the home's demand
+    assert not dbs["b1"].exists("{animfleet}:input:b1.s0")  # the input moved with the job
+    assert not dbs["b1"].zscore("{animfleet}:holding:b1", "b1.s0")
+    assert dbs["b2"].zscore("{animfleet}:holding:b1", "b1.s0")  # still the home's demand
     assert Handoff(dbs["b1"], "b1", "animate.b1", 0.0).claims() == {}
 
 
@@ -222,7 +222,7 @@ def where(dbs: dict[str, redis.Redis], job_id: str) -> list[str]:
     """The regions whose store holds ``job_id`` as a job (a pointer elsewhere does not count)."""
     found = []
     for name, client in dbs.items():
-        raw = client.get(f"animfleet:job:{job_id}")
+        raw = client.get(f"{{animfleet}}:job:{job_id}")
         if raw is not None and JobRecord.model_validate_json(raw).region == name:
             found.append(name)
     return found
@@ -244,7 +244,7 @@ def test_a_spill_stalled_before_its_copy_is_handed_back_and_makes_none(
     assert Backlog(dbs["b1"], "b1").contains("b1.st")
     assert stalled._move_abroad("b1.st", "b2", taken.token) == 0  # wakes up: fenced out
 
-    assert not dbs["b2"].exists("animfleet:job:b1.st") and dbs["b2"].llen("animate.b2") == 0
+    assert not dbs["b2"].exists("{animfleet}:job:b1.st") and dbs["b2"].llen("animate.b2") == 0
     assert where(dbs, "b1.st") == ["b1"] and JobStore(dbs["b1"]).get("b1.st").region == "b1"
     gpus(dbs["b1"], 1)
     assert takeover.handoff.move_home().jobs == ["b1.st"]  # and it runs at home, once
@@ -305,7 +305,7 @@ def test_a_region_without_workers_spills_into_a_busy_neighbours_backlog(
     for index in range(3):
         q.admit(record(f"b1.w{index}"), b"img", backlog=True)
     WorkerRegistry(dbs["b2"], "b2").beat("gpu0", {}, ttl_s=60, busy=True)
-    JobStore(dbs["b2"]).redis.zadd("animfleet:queued:b2", {"b2.own": time.time()})  # b2 is full
+    JobStore(dbs["b2"]).redis.zadd("{animfleet}:queued:b2", {"b2.own": time.time()})  # b2 is full
     scheduler, _ = schedulers(servers)
 
     class Table:

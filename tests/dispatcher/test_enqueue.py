@@ -69,8 +69,8 @@ def test_admits_up_to_one_job_per_live_gpu_then_refuses_without_writing(
     assert (first.outcome, first.live_workers, first.held) == (AdmissionOutcome.ADMITTED, 1, 1)
     assert queue.admit(record("q1.c"), b"img").outcome == AdmissionOutcome.FULL
     assert redis_client.llen("animate.q1") == 1
-    assert redis_client.exists("animfleet:job:q1.b") and not redis_client.exists(
-        "animfleet:job:q1.c"
+    assert redis_client.exists("{animfleet}:job:q1.b") and not redis_client.exists(
+        "{animfleet}:job:q1.c"
     )
 
 
@@ -80,7 +80,7 @@ def test_a_bound_idempotency_key_returns_the_earlier_job(
     queue = queue_for(servers, redis_client)
     for index in range(3):
         WorkerRegistry(redis_client, "q1").beat(f"gpu{index}", {}, ttl_s=30, busy=False)
-    slot = [("animfleet:idem:key:k1", 60)]
+    slot = [("{animfleet}:idem:key:k1", 60)]
     assert (
         queue.admit(record("q1.d"), b"img", slot, '{"job_id": "q1.d"}').outcome
         == AdmissionOutcome.ADMITTED

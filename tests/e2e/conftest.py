@@ -13,9 +13,9 @@ from typing import Any
 
 import httpx
 import pytest
-import redis
 
 from animfleet.region.keys import JOB_KEY
+from animfleet.region.store_client import store_client
 from dispatcher import Client
 from launcher.local_fleet import LocalFleet
 
@@ -87,7 +87,7 @@ def api(api_fleet: LocalFleet) -> Iterator[httpx.Client]:
 
 def _cancel_all(fleet: LocalFleet, http: httpx.Client) -> None:
     """Cancel whatever a test left queued or running, and wait until both GPUs are idle."""
-    store = redis.Redis.from_url(fleet.redis_url("api"))
+    store = store_client(fleet.store_url("api"))
     for raw in store.keys(JOB_KEY + "*"):
         job_id = raw.decode()[len(JOB_KEY) :]
         http.post(f"/v1/jobs/{job_id}/cancel")

@@ -12,9 +12,9 @@ from typing import Any
 
 import httpx
 import pytest
-import redis
 
 from animfleet.region.keys import JOB_KEY
+from animfleet.region.store_client import store_client
 from dispatcher import Client
 from launcher.local_fleet import LocalFleet
 
@@ -168,7 +168,7 @@ def test_start_deadline_expires_a_queued_job_without_a_gpu(
     for _ in range(2):
         running(api, png_data_uri)
     waiting = submit(api, png_data_uri, start_deadline=0.5)
-    store = redis.Redis.from_url(api_fleet.redis_url("api"))
+    store = store_client(api_fleet.store_url("api"))
 
     def expired_in_redis() -> bool:  # not through the gateway, whose reads would expire it too
         raw = store.get(JOB_KEY + waiting["id"])

@@ -23,13 +23,13 @@ from typing import Any
 
 import httpx
 import pytest
-import redis
 
 from animfleet.jobs import JobRecord
 from animfleet.region.backlog import Backlog
 from animfleet.region.jobstore import JobStore
 from animfleet.region.keys import BACKLOG_WEIGHTS
 from animfleet.region.status import read_region_status
+from animfleet.region.store_client import store_client
 from animfleet.region.tenants import Limits, Tenants
 from dispatcher.routing.cloudwatch import BacklogMetricsPublisher, RegionBacklog
 from launcher.local_fleet import LocalFleet
@@ -71,7 +71,7 @@ def image_uri() -> str:
 
 @pytest.fixture(scope="module")
 def store(fleet: LocalFleet) -> JobStore:
-    return JobStore.from_url(fleet.redis_url(REGION), retry_s=5)
+    return JobStore.from_url(fleet.store_url(REGION), retry_s=5)
 
 
 def body(image_uri: str, **more: Any) -> dict[str, Any]:
@@ -221,7 +221,7 @@ def test_a_region_at_zero_signals_wake_and_a_new_worker_drains_it(
     fleet: LocalFleet, api: httpx.Client, store: JobStore, image_uri: str
 ) -> None:
     fleet.stop_process(WORKER)  # warm shutdown: it leaves the capacity count at once
-    client = redis.Redis.from_url(fleet.redis_url(REGION))
+    client = store_client(fleet.store_url(REGION))
     region = fleet.topology.region(REGION)
     wait_until(lambda: read_region_status(client, region).load.live_workers == 0, "no worker")
     ids, _ = batch(api, [body(image_uri) for _ in range(5)])

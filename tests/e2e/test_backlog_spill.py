@@ -13,11 +13,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 from animfleet.jobs import JobState
 from animfleet.region.jobstore import JobStore
 from animfleet.region.keys import JOB_KEY
+from animfleet.region.store_client import store_client
 from dispatcher import Client
 from launcher.local_fleet import LocalFleet
 from tests.fixtures.standin import ANIMATOR as STANDIN
@@ -62,10 +62,10 @@ def test_a_full_regions_backlog_drains_into_its_neighbour(
         assert {record.status for record in records.values()} == {JobState.SUCCEEDED}
         moved = [job for job in backlogged if records[job.id].region == "sb"]
         assert moved, "no backlog job ran on the neighbour"
-        home = JobStore(redis.Redis.from_url(fleet.redis_url("sa")))
+        home = JobStore(store_client(fleet.store_url("sa")))
         for job in moved:  # the home keeps a pointer; the neighbour ran it under the same id
             assert job.id.startswith("sa.") and home.get(job.id).region == "sb"
-            assert redis.Redis.from_url(fleet.redis_url("sb")).exists(JOB_KEY + job.id)
+            assert store_client(fleet.store_url("sb")).exists(JOB_KEY + job.id)
         print(f"\n{len(moved)} of {len(backlogged)} backlog jobs of sa ran on sb")
     finally:
         client.close()

@@ -12,11 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 from animfleet.jobs import JobState
 from animfleet.region.deployments import Deployments
 from animfleet.region.jobstore import JobStore
+from animfleet.region.store_client import store_client
 from dispatcher import Client
 from launcher.command import main
 from launcher.local_fleet import LocalFleet
@@ -122,7 +122,7 @@ def test_a_canary_failing_every_job_is_rolled_back(
     failed = [r for r in records if r.status is JobState.FAILED]
     assert all(r.error is not None and r.error.code == "model_error" for r in failed)
     assert all(r.params.model_version == BROKEN for r in failed)
-    deployments = Deployments(redis.Redis.from_url(versions.redis_url("east")), "east")
+    deployments = Deployments(store_client(versions.store_url("east")), "east")
     after = deployments.get("risky")
     assert after is not None and after.versions[BROKEN] == 0.0
     (rollback,) = [e for e in deployments.events(deployment="risky") if e.kind == "rollback"]
@@ -172,4 +172,4 @@ def test_a_version_whose_files_do_not_match_their_hash_stops_the_worker_at_boot(
     assert worker.returncode == 78, worker.stderr[-2000:]
     assert "anim@tampered: NOTES.txt has sha256" in worker.stderr
     assert "refusing to serve it" in worker.stderr
-    assert not JobStore.from_url(region.broker_url).redis.exists("animfleet:worker:east:tampered")
+    assert not JobStore.from_url(region.broker_url).redis.exists("{animfleet}:worker:east:tampered")

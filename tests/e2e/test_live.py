@@ -16,9 +16,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-import redis
 
 from animfleet.jobs import DEFAULT_TENANT
+from animfleet.region.store_client import store_client
 from animfleet.region.tenants import Limits, Tenants
 from launcher.local_fleet import LocalFleet
 from tests.fixtures.standin import ANIMATOR as STANDIN
@@ -46,7 +46,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFleet]:
 @pytest.fixture(scope="module")
 def key(fleet: LocalFleet) -> str:
     """A key of the tenant jobs get when the request names none."""
-    return Tenants(redis.Redis.from_url(fleet.redis_url(REGION))).create_key(DEFAULT_TENANT).key
+    return Tenants(store_client(fleet.store_url(REGION))).create_key(DEFAULT_TENANT).key
 
 
 def _chrome() -> object:
@@ -222,7 +222,7 @@ def test_two_tenants_see_only_their_own_jobs(
 ) -> None:
     import base64
 
-    tenants = Tenants(redis.Redis.from_url(fleet.redis_url(REGION)))
+    tenants = Tenants(store_client(fleet.store_url(REGION)))
     alice, bob = tenants.create_key("alice").key, tenants.create_key("bob").key
     image = "data:image/png;base64," + base64.b64encode(make_image()).decode()
     body = {"image": image, "prompt": "pan", "frames": 4, "size": 64}

@@ -14,6 +14,7 @@ import redis
 from animfleet.jobs import JobRecord
 from animfleet.region.affinity import Holdings, addon_thing, image_digest, template_thing
 from animfleet.region.keys import JOB_KEY
+from animfleet.region.store_client import store_client
 from launcher.local_fleet import LocalFleet
 from tools.training.evaluation.mask_scenes import mask_png, scene_mask
 
@@ -35,7 +36,7 @@ def _idle_holders(fleet: LocalFleet, store: redis.Redis, thing: str) -> list[str
 def test_jobs_go_to_the_idle_worker_holding_their_addon(
     api: httpx.Client, api_fleet: LocalFleet, png_data_uri: str
 ) -> None:
-    store = redis.Redis.from_url(api_fleet.redis_url("api"))
+    store = store_client(api_fleet.store_url("api"))
     ran_on = []
     for seed in range(3):
         first = _idle_holders(api_fleet, store, addon_thing("shake"))[0]
@@ -63,7 +64,7 @@ def test_a_masked_job_goes_to_the_worker_holding_its_images_template(
 ) -> None:
     """The first masked job with an image leaves its template on the worker that ran it; the
     next masked job with that image (another mask, another seed) runs there too."""
-    store = redis.Redis.from_url(api_fleet.redis_url("api"))
+    store = store_client(api_fleet.store_url("api"))
     masks = [mask_png(scene_mask(seed, 0.25, 64, 0)) for seed in (1, 2)]
     pairs = []
     for seed in range(3):

@@ -13,10 +13,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 from animfleet.jobs import JobState
 from animfleet.region.keys import ROUTING_KEY
+from animfleet.region.store_client import store_client
 from dispatcher import Client
 from dispatcher.admission import AdmissionSettings
 from dispatcher.client import JobHandle
@@ -61,7 +61,7 @@ def client(fleet: LocalFleet) -> Iterator[Client]:
 
 
 def table(fleet: LocalFleet) -> RoutingTable:
-    raw = redis.Redis.from_url(fleet.redis_url("ra")).get(ROUTING_KEY)
+    raw = store_client(fleet.store_url("ra")).get(ROUTING_KEY)
     assert raw is not None, "the router has not written a table"
     return RoutingTable.from_json(json.dumps(json.loads(raw)["table"]))
 

@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
+from animfleet.region.store_client import store_client
 from animfleet.region.tenants import Tenants
 from launcher.local_fleet import LocalFleet
 from tests.fixtures.standin import ANIMATOR as STANDIN
@@ -102,7 +102,7 @@ def test_50_jobs_from_a_base_install(
 ) -> None:
     av = pytest.importorskip("av")
     assert PYTHON is not None
-    key = Tenants(redis.Redis.from_url(fleet.redis_url("sdk"))).create_key("sdk").key
+    key = Tenants(store_client(fleet.store_url("sdk"))).create_key("sdk").key
     image = tmp_path / "input.png"
     image.write_bytes(make_image())
     script = Path(__file__).parents[1] / "sdk" / "base_client.py"

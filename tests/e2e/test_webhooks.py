@@ -12,10 +12,10 @@ from typing import Any
 
 import httpx
 import pytest
-import redis
 from standardwebhooks import Webhook, WebhookVerificationError
 
 from animfleet.region.keys import WEBHOOK_DUE_SET, WEBHOOK_JOB_KEY
+from animfleet.region.store_client import store_client
 from launcher.local_fleet import LocalFleet
 
 pytestmark = pytest.mark.e2e
@@ -120,7 +120,7 @@ def test_gone_410_stops_all_attempts(
     receiver.answers = [(410, {})]
     job_id = submit(api, png_data_uri, receiver.url, webhook_events_filter=["completed"])
     wait_until(lambda: [a["outcome"] for a in attempts(api, job_id)] == ["stopped"], "stopped")
-    store = redis.Redis.from_url(api_fleet.redis_url("api"))
+    store = store_client(api_fleet.store_url("api"))
     (delivery,) = store.lrange(WEBHOOK_JOB_KEY + job_id, 0, -1)
     assert store.zscore(WEBHOOK_DUE_SET + "api", delivery) is None  # nothing left to send
     assert len(receiver.requests) == 1

@@ -88,7 +88,7 @@ def record_of(fleet: LocalFleet, job_id: str) -> JobRecord:
     """The job's record where it lives: a spilled job's home record points to its region."""
     region = region_of(job_id)
     for _ in fleet.regions:
-        record = JobStore.from_url(fleet.redis_url(region), retry_s=5).get(job_id)
+        record = JobStore.from_url(fleet.store_url(region), retry_s=5).get(job_id)
         if record.region == region:
             return record
         region = record.region

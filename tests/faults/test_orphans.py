@@ -9,10 +9,10 @@ import time
 from collections.abc import Callable
 
 import pytest
-import redis
 
 from animfleet.jobs import JobRecord, JobState
 from animfleet.region.keys import BACKLOG_ALL, BACKLOG_MOVING, JOB_KEY, SCHEDULER_LEASE
+from animfleet.region.store_client import store_client
 from dispatcher import Client
 from launcher.local_fleet import LocalFleet
 from tests.faults.conftest import (
@@ -49,7 +49,7 @@ def holders(fleet: LocalFleet, region: str) -> dict[str, int]:
     """Each job of ``region``'s home: the regions whose store holds it as a job (not a pointer)."""
     found: dict[str, int] = {}
     for name in fleet.regions:
-        client = redis.Redis.from_url(fleet.redis_url(name))
+        client = store_client(fleet.store_url(name))
         for key in client.scan_iter(f"{JOB_KEY}{region}.*"):
             record = JobRecord.model_validate_json(client.get(key) or b"{}")
             if record.region == name:
@@ -73,10 +73,10 @@ def test_a_region_emptied_with_a_backlog_spills_it_to_its_ring(
     emptied = empty_region(fleet, "sa")
     # The neighbour is busy with a backlog of its own: sa's jobs still go there, to wait in it.
     own = [client.submit(make_image(seed=i), "sway", home_region="sb").id for i in range(6)]
-    sb = redis.Redis.from_url(fleet.redis_url("sb"))
+    sb = store_client(fleet.store_url("sb"))
     assert sb.zcard(BACKLOG_ALL + "sb")
     jobs = [client.submit(make_image(seed=i), "pan left", home_region="sa").id for i in range(8)]
-    sa = redis.Redis.from_url(fleet.redis_url("sa"))
+    sa = store_client(fleet.store_url("sa"))
 
     records = settle(fleet, own + jobs, timeout=90)
     recovered_s = time.monotonic() - emptied
@@ -99,7 +99,7 @@ def test_a_region_emptied_with_no_ring_ends_its_backlog_no_capacity(
     empty_region(fleet, "fa")
     jobs = [client.submit(make_image(seed=i), "pan left").id for i in range(4)]
     submitted = time.monotonic()
-    fa = redis.Redis.from_url(fleet.redis_url("fa"))
+    fa = store_client(fleet.store_url("fa"))
     assert fa.zcard(BACKLOG_ALL + "fa") == len(jobs)  # admitted to the backlog, no GPU anywhere
 
     records = settle(fleet, jobs, timeout=30)
@@ -128,7 +128,7 @@ def test_a_scheduler_frozen_mid_spill_past_its_claim_runs_each_job_in_one_region
     fleet.start_scheduler("scheduler-2")
     client = make_client(fleet)
     empty_region(fleet, "sa")  # its backlog spills in one claim per pass: a wide window
-    sa = redis.Redis.from_url(fleet.redis_url("sa"))
+    sa = store_client(fleet.store_url("sa"))
     pids = {fleet.processes[n].pid: n for n in ("scheduler", "scheduler-2")}
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)

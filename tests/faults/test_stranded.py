@@ -7,10 +7,10 @@ import time
 from collections.abc import Callable
 
 import pytest
-import redis
 
 from animfleet.jobs import JobState
 from animfleet.region.keys import INPUT_KEY
+from animfleet.region.store_client import store_client
 from dispatcher import Client
 from launcher.local_fleet import LocalFleet
 from tests.faults.conftest import record_of, report_case, running_on, settle, standin
@@ -61,7 +61,7 @@ def test_an_undecodable_stored_input_fails_as_input_invalid(
     running_on(fleet, first)  # the worker is busy: the next job waits in the queue
     broken = client.submit(make_image(seed=2), "pan left").id
     # Its stored bytes are damaged after the dispatcher checked them: a valid header, no data.
-    stored = redis.Redis.from_url(fleet.redis_url("fa"))
+    stored = store_client(fleet.store_url("fa"))
     image = stored.get(INPUT_KEY + broken)
     assert isinstance(image, bytes)
     stored.set(INPUT_KEY + broken, image[: len(image) // 3], keepttl=True)

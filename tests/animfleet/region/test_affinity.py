@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import pytest
 import redis
@@ -52,16 +53,17 @@ def test_holders_are_ranked_by_how_much_they_hold_and_claims_lapse(
 
 
 def test_rescue_moves_a_gone_workers_queue_to_the_shared_one_in_order(
-    redis_client: redis.Redis,
+    redis_client: redis.Redis, store_region: Callable[[str], Region]
 ) -> None:
-    direct = DirectQueues(redis_client, REGION)
-    gone, alive = direct.register("gone"), direct.register("alive")
+    direct = DirectQueues(redis_client, store_region("east"))
+    direct.register("gone"), direct.register("alive")
+    gone, alive = direct.queue("gone"), direct.queue("alive")
     for message in ("m1", "m2"):  # kombu pushes left and pops right
         redis_client.lpush(gone, message)
     redis_client.lpush(alive, "m3")
-    redis_client.lpush(REGION.queue, "m0")
+    redis_client.lpush(direct.shared, "m0")
     assert direct.rescue(consuming=lambda worker: worker == "alive") == ["m1", "m2"]
-    assert [m.decode() for m in redis_client.lrange(REGION.queue, 0, -1)] == ["m2", "m1", "m0"]
+    assert [m.decode() for m in redis_client.lrange(direct.shared, 0, -1)] == ["m2", "m1", "m0"]
     assert redis_client.llen(gone) == 0 and redis_client.llen(alive) == 1
     assert {m.decode() for m in redis_client.smembers(direct.key)} == {"alive"}
     assert direct.rescue(consuming=lambda worker: worker == "alive") == []

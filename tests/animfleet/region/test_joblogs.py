@@ -15,11 +15,12 @@ from animfleet.region.keys import JOB_LOG_KEY, RECORD_TTL_S
 from launcher.local_fleet import LocalFleet
 
 PROCESS = """
-import sys, redis
+import sys
 from animfleet import logs
 from animfleet.region.joblogs import keep_job_logs
+from animfleet.region.store_client import store_client
 logs.configure("INFO")
-keep_job_logs({"jl": redis.Redis.from_url(sys.argv[1])})
+keep_job_logs({"jl": store_client(sys.argv[1])})
 log = logs.get_logger("test")
 log.info("job.submitted", job_id="jl.one", region="jl", webhook_url="https://h.example/x?token=s")
 log.info("job.transition", job_id="jl.one", status="running", api_secret="hunter2")
@@ -42,9 +43,9 @@ def _run(url: str, many: int = 0) -> str:
 
 
 def test_a_processes_lines_about_a_job_are_kept_for_it(
-    servers: LocalFleet, redis_client: redis.Redis
+    store_url: str, redis_client: redis.Redis
 ) -> None:
-    _run(f"redis://127.0.0.1:{servers.redis_port}/15")
+    _run(store_url)
     lines = JobLogs(redis_client).read("jl.one")
     assert [kept.line["event"] for kept in lines] == ["job.submitted", "job.transition"]
     assert [kept.seq for kept in lines] == [1, 2]
@@ -56,8 +57,8 @@ def test_a_processes_lines_about_a_job_are_kept_for_it(
     assert 0 < redis_client.ttl(JOB_LOG_KEY + "jl.one") <= RECORD_TTL_S
 
 
-def test_a_jobs_log_keeps_its_last_lines(servers: LocalFleet, redis_client: redis.Redis) -> None:
-    _run(f"redis://127.0.0.1:{servers.redis_port}/15", many=MAX_LINES + 5)
+def test_a_jobs_log_keeps_its_last_lines(store_url: str, redis_client: redis.Redis) -> None:
+    _run(store_url, many=MAX_LINES + 5)
     lines = JobLogs(redis_client).read("jl.many")
     assert len(lines) == MAX_LINES
     assert lines[0].line["step"] == 5 and lines[-1].seq == MAX_LINES + 5

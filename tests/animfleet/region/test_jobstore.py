@@ -54,6 +54,6 @@ def test_running_lists_running_records_and_drops_the_rest(redis_client: redis.Re
         store.update(job.id, lambda r: r.transition(JobState.RUNNING))
     assert sorted(r.id for r in store.running("r1")) == sorted(j.id for j in jobs)
     store.update(jobs[0].id, lambda r: r.transition(JobState.SUCCEEDED))
-    redis_client.zadd("animfleet:running:r1", {"r1.gone": 1.0})  # its record expired
+    redis_client.zadd("{animfleet}:running:r1", {"r1.gone": 1.0})  # its record expired
     assert [r.id for r in store.running("r1")] == [jobs[1].id]
-    assert redis_client.zrange("animfleet:running:r1", 0, -1) == [jobs[1].id.encode()]
+    assert redis_client.zrange("{animfleet}:running:r1", 0, -1) == [jobs[1].id.encode()]

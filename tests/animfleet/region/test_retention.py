@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,6 @@ from animfleet.region.tenants import Limits, Tenants
 from animfleet.region.usage import LAG_S, day_of, fleet_days
 from animfleet.settings import load
 from animfleet.topology import Region
-from launcher.local_fleet import LocalFleet
 from storage.local import LocalStore
 
 PARAMS = JobParams(prompt="pan", frames=4, fps=8, width=32, height=32, seed=1)
@@ -40,10 +40,10 @@ def _succeeded(store: JobStore, objects: LocalStore, tenant: str) -> JobRecord:
 
 
 def test_the_sweeper_erases_jobs_past_their_tenants_retention(
-    servers: LocalFleet, redis_client: redis.Redis, tmp_path: Path
+    store_region: Callable[[str], Region], redis_client: redis.Redis, tmp_path: Path
 ) -> None:
     store, objects = JobStore(redis_client), LocalStore(tmp_path)
-    region = Region(name="rt", broker_url=f"redis://127.0.0.1:{servers.redis_port}/15")
+    region = store_region("rt")
     Tenants(redis_client).set_limits("brief", Limits(retention_s=60))
     Tenants(redis_client).set_limits("keeper", Limits())
     settings = load(

@@ -4,6 +4,8 @@ running job by its own run's lease, not by its worker's name."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import redis
 
@@ -15,7 +17,6 @@ from animfleet.region.sweeper import Sweeper, SweepSettings
 from animfleet.region.workers import WorkerRegistry
 from animfleet.settings import load
 from animfleet.topology import Region
-from launcher.local_fleet import LocalFleet
 
 PARAMS = JobParams(prompt="pan left", frames=4, fps=8, width=32, height=32, seed=1)
 
@@ -26,8 +27,8 @@ def runs(redis_client: redis.Redis) -> RunLeases:
 
 
 @pytest.fixture
-def region(servers: LocalFleet) -> Region:
-    return Region(name="rl", broker_url=f"redis://127.0.0.1:{servers.redis_port}/15")
+def region(store_region: Callable[[str], Region]) -> Region:
+    return store_region("rl")
 
 
 def queued(runs: RunLeases, job_id: str) -> None:

@@ -4,6 +4,7 @@ would wait forever, finished records leaving Redis, outputs nothing points to.""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +17,12 @@ from animfleet.region.affinity import DirectQueues
 from animfleet.region.archive import RecordArchive
 from animfleet.region.backlog import Backlog
 from animfleet.region.jobstore import JobNotFound, JobStore
-from animfleet.region.keys import JOB_KEY, WEBHOOK_JOB_KEY
+from animfleet.region.keys import JOB_KEY, WEBHOOK_JOB_KEY, queue_in_store
 from animfleet.region.outbox import load_delivery
 from animfleet.region.sweeper import Sweeper, SweepSettings
 from animfleet.region.workers import WorkerRegistry
 from animfleet.settings import load
 from animfleet.topology import Region
-from launcher.local_fleet import LocalFleet
 from storage.local import LocalStore
 
 PARAMS = JobParams(prompt="pan left", frames=4, fps=8, width=32, height=32, seed=1)
@@ -39,9 +39,9 @@ def store(redis_client: redis.Redis) -> JobStore:
 
 
 @pytest.fixture
-def region(servers: LocalFleet) -> Region:
+def region(store_region: Callable[[str], Region]) -> Region:
     # The message builder talks to the broker: the test's Redis, database 15.
-    return Region(name="sw", broker_url=f"redis://127.0.0.1:{servers.redis_port}/15")
+    return store_region("sw")
 
 
 @pytest.fixture
@@ -76,7 +76,7 @@ def test_a_running_job_whose_worker_is_gone_is_requeued_with_its_message(
     lost = store.get("sw.lost")
     assert lost.status is JobState.QUEUED and lost.worker is None and lost.attempts == 1
     assert store.queue_position(lost) == 0
-    (message,) = redis_client.lrange(region.queue, 0, -1)
+    (message,) = redis_client.lrange(queue_in_store(region.queue, region.store_is_broker), 0, -1)
     assert b"sw.lost" in message
     assert store.get("sw.fine").status is JobState.RUNNING  # its worker is alive: untouched
     assert not Sweeper(region, store, settings()).sweep().requeued  # nothing twice
@@ -95,20 +95,21 @@ def test_past_its_deadline_or_its_deliveries_it_ends_instead(
     late, poison = store.get("sw.late"), store.get("sw.poison")
     assert late.error is not None and late.error.code == "deadline_exceeded"
     assert poison.error is not None and poison.error.code == "worker_lost"
-    assert store.redis.llen(region.queue) == 0
+    assert store.redis.llen(queue_in_store(region.queue, region.store_is_broker)) == 0
 
 
 def test_jobs_placed_on_a_worker_that_left_move_to_the_shared_queue(
     store: JobStore, redis_client: redis.Redis, region: Region
 ) -> None:
     direct = DirectQueues(redis_client, region)
-    redis_client.lpush(direct.register("left"), "message for left")
-    redis_client.lpush(direct.register("here"), "message for here")
+    for worker in ("left", "here"):
+        direct.register(worker)
+        redis_client.lpush(direct.queue(worker), f"message for {worker}")
     WorkerRegistry(redis_client, "sw").beat("here", {}, ttl_s=30, busy=True)
 
     assert Sweeper(region, store, settings()).sweep().rescued == 1
 
-    assert redis_client.lrange(region.queue, 0, -1) == [b"message for left"]
+    assert redis_client.lrange(direct.shared, 0, -1) == [b"message for left"]
     assert redis_client.llen(direct.queue("here")) == 1  # its worker is live: untouched
 
 
@@ -147,7 +148,12 @@ def test_backlog_jobs_of_a_region_without_workers_end_no_capacity_too(
             webhook_url="https://hooks.example.com/animfleet",
         )  # fmt: skip
         answer = admission.admit(
-            job, b"x", mode="backlog", message="m", queue=region.queue, allowance=0.0
+            job,
+            b"x",
+            mode="backlog",
+            message="m",
+            queue=queue_in_store(region.queue, region.store_is_broker),
+            allowance=0.0,
         )
         assert (
             answer.outcome == AdmissionOutcome.BACKLOGGED

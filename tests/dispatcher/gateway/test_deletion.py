@@ -110,7 +110,7 @@ def test_a_job_not_yet_ended_is_canceled_then_deleted(
     record = _queued(db)
     answer = httpx.delete(f"{s3_gateway}/v1/jobs/{record.id}", headers=_auth(keys["acme"]))
     assert answer.status_code == 200 and answer.json()["status"] == "canceled"
-    assert db.zscore(f"animfleet:queued:{REGION}", record.id) is None
+    assert db.zscore(f"{{animfleet}}:queued:{REGION}", record.id) is None
 
 
 def test_a_jobs_log_is_its_tenants_only_and_streams_as_log_events(
