@@ -9,6 +9,15 @@ import pytest
 import redis
 
 from animfleet.region.script_call import HotScript
+from animfleet.region.store_client import store_client
+from launcher.local_cluster import LocalCluster
+
+
+@pytest.fixture
+def store_kind() -> str:
+    """The lean call is for one Redis: a cluster client takes redis-py's own ``Script``."""
+    return "single"
+
 
 SOURCE = """
 redis.call('SET', KEYS[1], ARGV[1])
@@ -68,3 +77,15 @@ def test_threads_calling_at_once_each_get_their_own_answer(redis_client: redis.R
         thread.join()
     assert sorted(answers) == list(range(1, 801))  # every INCR's own value, none lost or mixed
     assert 1 <= len(hot._idle) <= 4
+
+
+def test_a_cluster_client_takes_redis_pys_call(cluster: LocalCluster) -> None:
+    client = store_client(cluster.url)
+    keys = ["{animfleet}:a", "{animfleet}:n"]  # one slot, as every store key is
+    try:
+        hot = HotScript(client, SOURCE)
+        assert hot(keys=keys, args=["x", 1]) == [1, b"1", 7]
+        assert hot(keys=keys, args=["x", 1])[0] == 2
+    finally:
+        client.delete(*keys)
+        client.close()
