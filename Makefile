@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv lock docs browser test-sdk test-sdk-ts generate-sdk-ts generate-sdk-sync fuzz-api demo test test-unit test-e2e test-faults loadtest lint typecheck clean bench \
+.PHONY: venv lock docs browser test-sdk test-sdk-ts generate-sdk-ts generate-sdk-sync fuzz-api demo test test-unit test-e2e test-faults test-faults-rabbitmq test-e2e-rabbitmq loadtest lint typecheck clean bench \
 	bench-model bench-overhead bench-gateway bench-dispatch simulate sim-templates bench-placement \
 	bench-scale \
 	tune-model compile-model bench-boot bench-versions eval-served
@@ -107,6 +107,14 @@ loadtest: venv
 # Faults injected into real local fleets (part of `make test` too): kills, restarts, outages.
 test-faults: venv
 	$(PY) -m pytest tests/faults
+
+# The same suites with every fleet's GPU queues on a private RabbitMQ node (quorum queues), the
+# store on its Redis: where rabbitmq-server is installed.
+test-faults-rabbitmq: venv
+	ANIMFLEET_LOCAL_BROKER=rabbitmq $(PY) -m pytest tests/faults
+
+test-e2e-rabbitmq: venv
+	ANIMFLEET_LOCAL_BROKER=rabbitmq $(PY) -m pytest tests/e2e
 
 bench-overhead: venv
 	$(PY) benchmarks/overhead.py

@@ -68,9 +68,12 @@ def ready(port: int) -> bool:
     """Whether the node on ``port`` accepts AMQP connections (it listens once booted)."""
     from kombu import Connection
 
-    with Connection(amqp_url(port), connect_timeout=1) as connection:
+    connection = Connection(amqp_url(port), connect_timeout=1)
+    try:
         connection.ensure_connection(max_retries=0)
         return True
+    finally:
+        connection.collect()  # closes the socket of a refused connection too
 
 
 def argv() -> list[str]:

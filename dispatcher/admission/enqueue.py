@@ -92,6 +92,11 @@ class RegionQueue:
             announce_prefetch(self.store.redis, self.region.name, names, answer.worker)
         return answer
 
+    def close(self) -> None:
+        """Close the connection to a broker apart from the store (none otherwise)."""
+        if self.outbox is not None:
+            self.outbox.link.close()
+
     def _caps(self, tenant_cap: int | None) -> BacklogCaps:
         if tenant_cap is None:
             return self.caps
