@@ -81,4 +81,3 @@ def argv() -> list[str]:
     if server is None:
         raise RuntimeError("rabbitmq-server is not installed here")
     return [server]
-

@@ -37,6 +37,18 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFleet]:
         yield fleet
 
 
+@pytest.fixture(scope="session")
+def rabbitmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFleet]:
+    """A private RabbitMQ node (and a Redis), no workers; skips where none is installed."""
+    from launcher.local_rabbitmq import rabbitmq_available
+
+    if not rabbitmq_available():
+        pytest.skip("rabbitmq-server is not installed")
+    root = tmp_path_factory.mktemp("rabbitmq")
+    with LocalFleet(root, regions=("rq",), workers_per_region=0, broker="rabbitmq") as fleet:
+        yield fleet
+
+
 @pytest.fixture
 def redis_client(servers: LocalFleet) -> Iterator[redis.Redis]:
     """An empty Redis database for one test."""

@@ -16,6 +16,7 @@ declare them with the same arguments, as RabbitMQ requires.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import threading
 from collections.abc import Callable
@@ -259,10 +260,9 @@ class BrokerLink:
 
     def _reset(self) -> None:
         if self._connection is not None:
-            try:
+            # A dead connection may fail to close: it is dropped anyway.
+            with contextlib.suppress(Exception):
                 self._connection.release()
-            except Exception:  # a dead connection may fail to close: it is dropped anyway
-                pass
         self._connection, self._producer = None, None
         self._declared.clear()
 

@@ -132,7 +132,7 @@ class BrokerOutbox:
     def relay(self, now: float | None = None, most: int = 500) -> int:
         """Publish the entries due by ``now``; returns how many were published."""
         stamp = time.time() if now is None else now
-        due = self.redis.zrangebyscore(self.key, "-inf", stamp, start=0, num=most)
+        due: list[bytes] = self.redis.zrangebyscore(self.key, "-inf", stamp, start=0, num=most)  # type: ignore[assignment]
         published = self.deliver(due)
         if published:
             log.info("broker.relayed", region=self.region.name, messages=published)
