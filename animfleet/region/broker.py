@@ -25,6 +25,7 @@ from typing import Any
 import redis
 from kombu import Connection, Producer, Queue
 
+from animfleet.errors import TransientError
 from animfleet.topology import Region
 
 AMQP_SCHEMES = ("amqp", "amqps", "pyamqp")
@@ -33,7 +34,7 @@ AMQP_SCHEMES = ("amqp", "amqps", "pyamqp")
 DELIVERY_LIMIT = 25
 
 
-class BrokerUnavailable(Exception):
+class BrokerUnavailable(TransientError):
     """The broker could not be reached or refused the operation; nothing was lost."""
 
 
