@@ -32,6 +32,7 @@ AMQP_SCHEMES = ("amqp", "amqps", "pyamqp")
 # Past the workers' own max_deliveries (at most 20), which fails a job that kills its worker
 # first; the limit catches what never reaches a worker's start (a crash in Celery itself).
 DELIVERY_LIMIT = 25
+CONFIRM_TIMEOUT_S = 10.0  # a publish not confirmed by then stays in the outbox for the relay
 
 
 class BrokerUnavailable(TransientError):
@@ -208,7 +209,7 @@ class BrokerLink:
                 connect_timeout=3,
                 heartbeat=0,
             )
-            self._connection.ensure_connection(max_retries=1)
+            self._connection.ensure_connection(max_retries=0)
             self._producer = Producer(self._connection.default_channel)
             self._declared.clear()
         return self._connection.default_channel
@@ -245,6 +246,7 @@ class BrokerLink:
             correlation_id=properties.get("correlation_id"),
             reply_to=properties.get("reply_to"),
             retry=False,
+            confirm_timeout=CONFIRM_TIMEOUT_S,
         )
 
     def _channel_errors(self) -> tuple[type[BaseException], ...]:

@@ -44,6 +44,8 @@ GRACE_S = 3.0
 # How long a worker handed a job through the outbox counts as having one in its direct queue
 # (the scripts cannot read the broker's queue lengths): until then it is busy with it.
 CLAIM_S = 3.0
+# After a failed publish, the fast path leaves the broker alone this long.
+RETRY_AFTER_S = 1.0
 
 
 def outbox_key(region: str) -> str:
@@ -97,6 +99,7 @@ class BrokerOutbox:
         self.key = outbox_key(region.name)
         self.link = link or BrokerLink(region)
         self.runs = RunLeases(store)
+        self._down_until = 0.0  # monotonic time before which publishing is not tried
 
     @staticmethod
     def due_at(now: float | None = None) -> float:
@@ -118,12 +121,15 @@ class BrokerOutbox:
         """Publish ``items`` (confirmed) and remove each once published; returns how many.
         Stops at the first the broker refuses: the relay publishes the rest later."""
         done = 0
+        if time.monotonic() < self._down_until:
+            return 0  # it failed a moment ago: no submit waits on it again, the relay retries
         for item in items:
             queue, message = split(item)
             try:
                 self.link.publish(queue, message)
             except BrokerUnavailable as error:
                 log.warning("broker.publish_deferred", region=self.region.name, error=str(error))
+                self._down_until = time.monotonic() + RETRY_AFTER_S
                 break
             self.redis.zrem(self.key, item)
             done += 1
