@@ -35,7 +35,12 @@ from structlog.contextvars import bound_contextvars
 from animfleet import logs
 from animfleet.constants import ANIMATE_TASK
 from animfleet.region.affinity import direct_queue
-from animfleet.region.broker import celery_broker_config, is_amqp, region_queue
+from animfleet.region.broker import (
+    celery_broker_config,
+    has_direct_queues,
+    is_amqp,
+    region_queue,
+)
 from animfleet.region.joblogs import keep_job_logs
 from animfleet.region.jobstore import JobStore
 from animfleet.region.store_client import store_client
@@ -99,8 +104,9 @@ process = WorkerProcess()
 
 def direct_queues(region: Region, settings: WorkerSettings) -> list[str]:
     """The worker's own queue (see :mod:`animfleet.region.affinity`), once it has a name; a
-    batch worker's slots have one each."""
-    if not settings.name:
+    batch worker's slots have one each; none on RabbitMQ (see
+    :func:`animfleet.region.broker.has_direct_queues`)."""
+    if not settings.name or not has_direct_queues(region.broker_url):
         return []
     return [direct_queue(region, member) for member in slot_names(settings.name, settings.batch)]
 
@@ -132,8 +138,7 @@ def celery_config(region: Region, settings: WorkerSettings) -> dict[str, Any]:
         "task_soft_time_limit": settings.soft_time_limit_s,
         # Its own direct queue first (jobs placed on it for what it holds warm), then the
         # region's shared one.
-        # On RabbitMQ quorum queues, the direct ones too: a job handed to a worker survives
-        # the loss of a broker node, and the sweeper moves it on if the worker is gone.
+        # On RabbitMQ quorum queues, and no direct ones (see direct_queues).
         "task_queues": [
             *(region_queue(region, q) for q in direct_queues(region, settings)),
             region_queue(region, region.queue),
@@ -291,7 +296,7 @@ def load_model(**_: Any) -> None:
         worker_name,
         ",".join(shelf.versions),
         holdings=lambda: held_things(animator),
-        direct=DirectQueues(store.redis, region),
+        direct=DirectQueues(store.redis, region) if direct_queues(region, settings) else None,
         slots=settings.batch,
     )
     if addons is not None:  # dispatchers accept jobs asking for these from now on

@@ -43,6 +43,14 @@ def is_amqp(url: str) -> bool:
     return url.split("://", 1)[0] in AMQP_SCHEMES
 
 
+def has_direct_queues(broker_url: str) -> bool:
+    """Whether workers consume a direct queue of their own beside the shared one
+    (:mod:`.affinity`). Not on RabbitMQ: quorum queues take prefetch per consumer (no global
+    QoS), so a worker consuming two queues could hold a second message, a job waiting behind
+    a busy GPU while another is idle. There every job takes the shared queue."""
+    return not is_amqp(broker_url)
+
+
 def dead_letter_queue(region: Region) -> str:
     """Where the region's quorum queues put a message returned too often."""
     return f"{region.queue}.dead"

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from animfleet.jobs import JobRecord
 from animfleet.region.admission import Admission, AdmissionOutcome, AdmissionScript, BacklogCaps
 from animfleet.region.affinity import Holdings, announce_prefetch, direct_queue, things_of
+from animfleet.region.broker import has_direct_queues
 from animfleet.region.broker_outbox import BrokerOutbox
 from animfleet.region.jobstore import JobStore
 from animfleet.region.messages import AnimateMessages
@@ -43,7 +44,9 @@ class RegionQueue:
         self.caps = caps or BacklogCaps()
         self.script = AdmissionScript(store.redis, region.name)
         self.messages = AnimateMessages(region)
-        self.holdings = Holdings(store.redis, region.name) if affinity else None
+        # No holder's direct queue on RabbitMQ (has_direct_queues): every job takes the shared one.
+        placing = affinity and has_direct_queues(region.broker_url)
+        self.holdings = Holdings(store.redis, region.name) if placing else None
         self.direct_prefix = direct_queue(region, "")
         self.outbox = None if region.store_is_broker else BrokerOutbox(store, region)
 
