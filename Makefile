@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv lock docs browser test-sdk test-sdk-ts generate-sdk-ts generate-sdk-sync fuzz-api demo test test-unit test-e2e test-faults test-faults-cluster test-e2e-cluster test-stores loadtest lint typecheck clean bench \
+.PHONY: venv lock docs browser test-sdk test-sdk-ts generate-sdk-ts generate-sdk-sync fuzz-api demo test test-unit test-e2e test-faults test-faults-cluster test-e2e-cluster test-stores test-faults-rabbitmq test-e2e-rabbitmq test-faults-variants loadtest lint typecheck clean bench \
 	bench-model bench-overhead bench-gateway bench-dispatch simulate sim-templates bench-placement \
 	bench-scale \
 	tune-model compile-model bench-aot bench-boot bench-versions eval-served
@@ -109,16 +109,32 @@ test-faults: venv
 	$(PY) -m pytest tests/faults
 
 # The same fault and end-to-end suites with each region's store on a Redis Cluster of its own
-# (3 masters, 3 replicas) and its broker on the plain Redis (needs the store-to-broker relay).
+# (3 masters, 3 replicas) and its broker on the plain Redis (through the broker outbox).
 test-faults-cluster: venv
-	ANIMFLEET_TEST_STORE=cluster $(PY) -m pytest tests/faults
+	ANIMFLEET_LOCAL_STORE=cluster $(PY) -m pytest tests/faults
 
 test-e2e-cluster: venv
-	ANIMFLEET_TEST_STORE=cluster $(PY) -m pytest tests/e2e
+	ANIMFLEET_LOCAL_STORE=cluster $(PY) -m pytest tests/e2e
 
 # The store-level suites, each test on one Redis and on a Redis Cluster.
 test-stores: venv
 	$(PY) -m pytest tests/animfleet/region tests/faults/test_store_failover.py
+
+# The same suites with every fleet's GPU queues on a private RabbitMQ node (quorum queues), the
+# store on its Redis: where rabbitmq-server is installed.
+test-faults-rabbitmq: venv
+	ANIMFLEET_LOCAL_BROKER=rabbitmq $(PY) -m pytest tests/faults
+
+test-e2e-rabbitmq: venv
+	ANIMFLEET_LOCAL_BROKER=rabbitmq $(PY) -m pytest tests/e2e
+
+# CI's second pass: the fault suite with the store on a Redis Cluster, then with the broker on
+# RabbitMQ, each with parallel test workers (the faults mostly wait; each test's fleet has its
+# own servers, in the worker's own port range).
+FAULT_WORKERS ?= 3
+test-faults-variants: venv
+	ANIMFLEET_LOCAL_STORE=cluster $(PY) -m pytest -n $(FAULT_WORKERS) tests/faults
+	ANIMFLEET_LOCAL_BROKER=rabbitmq $(PY) -m pytest -n $(FAULT_WORKERS) tests/faults
 
 bench-overhead: venv
 	$(PY) benchmarks/overhead.py

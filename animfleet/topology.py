@@ -14,7 +14,8 @@ values so a process can be pointed elsewhere without editing the file::
     endpoint_url = "https://s3.us-east-1.amazonaws.com"
 
 A region has two servers, which may be one: its **broker** (the Celery queues its GPU workers
-consume: Redis, or RabbitMQ for replicated queues) and its **store** (job records, backlog,
+consume: Redis, or RabbitMQ with quorum queues for replicated ones, ``amqp://``/``amqps://``,
+which then needs a ``store_url``) and its **store** (job records, backlog,
 heartbeats, idempotency: a Redis, or a Redis Cluster such as MemoryDB with a
 ``redis+cluster://`` URL). Without ``store_url`` the store is the broker's Redis.
 
@@ -105,6 +106,14 @@ class Region(BaseModel):
                 f"region name must be lowercase letters, digits and '-' (2-32 chars), got {value!r}"
             )
         return value
+
+    @model_validator(mode="after")
+    def _store_is_redis(self) -> Region:
+        if not self.store.startswith(("redis://", "rediss://", "redis+cluster://", "rediss+")):
+            raise ValueError(
+                f"region {self.name!r}: a broker that is not Redis needs a store_url (a Redis)"
+            )
+        return self
 
     @property
     def store(self) -> str:

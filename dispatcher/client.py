@@ -116,8 +116,10 @@ class Client(JobLookup):
         self.images = ImageChecks()
 
     def close(self) -> None:
-        """Stop the background refresh of routing tables."""
+        """Stop the background refresh of routing tables; close the broker connections."""
         self.routing.stop()
+        for link in self._links.values():
+            link.queue.close()
 
     def submit(
         self,

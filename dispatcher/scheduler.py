@@ -9,7 +9,8 @@ fallback ring, each only while that region has room and no backlog of its own (a
 sibling cells come first, before any other region). Passes run
 every ``poll_s`` (100 ms), so a freed GPU gets its next job within about that. Everything
 lives in Redis: a scheduler that dies loses nothing, and the next lease holder finishes or
-returns its half-done spills.
+returns its half-done spills. With a broker apart from the store (RabbitMQ), the lease holder
+is also the relay of the region's broker outbox (:mod:`animfleet.region.broker_outbox`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from animfleet.jobs import IllegalTransition, JobRecord, JobState
 from animfleet.metrics import port_from_env, serve
 from animfleet.region.admission import AdmissionOutcome, admission_limit
 from animfleet.region.backlog import Backlog
+from animfleet.region.broker_outbox import BrokerOutbox
 from animfleet.region.catalog import ModelCatalog
 from animfleet.region.handoff import Handoff
 from animfleet.region.handoff_take import HandoffSettings
@@ -40,7 +42,6 @@ from animfleet.region.jobstore import (
     JobStore,
     expire_if_overdue,
 )
-from animfleet.region.keys import queue_in_store
 from animfleet.region.status import read_region_status
 from animfleet.region.tenants import Tenants
 from animfleet.settings import EnvSettings, load
@@ -54,6 +55,9 @@ from dispatcher.admission import (
 )
 
 WEIGHTS_EVERY_S = 5.0
+# With the broker apart from the store: how often the lease holder publishes what the outbox
+# holds past its grace (and reads the broker's dead letters).
+RELAY_EVERY_S = 0.5
 # What a spill claim's slot in the target holds: the copy's entry, or the recovering
 # scheduler's mark that no copy may be made under that claim any more.
 COPIED, REVOKED = "spill-copy", "spill-revoked"
@@ -135,7 +139,7 @@ class RegionScheduler:
         self.handoff = Handoff(
             self.store(region).redis,
             region,
-            queue_in_store(topology.region(region).queue, topology.region(region).store_is_broker),
+            topology.region(region).queue,
             admission.allowance,
             HandoffSettings(
                 settings.handoff,
@@ -143,8 +147,13 @@ class RegionScheduler:
                 settings.handoff_bypass_limit,
                 settings.handoff_borrow,
             ),
+            outbox=not topology.region(region).store_is_broker,
         )
         self._checked_claims = 0.0
+        self.outbox: BrokerOutbox | None = None
+        if not topology.region(region).store_is_broker:
+            self.outbox = BrokerOutbox(self.store(region), topology.region(region))
+        self._relayed = 0.0
 
     def store(self, region: str) -> JobStore:
         if region not in self._stores:
@@ -161,6 +170,12 @@ class RegionScheduler:
             self._checked_claims = now
             self.recover_claims()
         taken = self.handoff.move_home(self.settings.batch)
+        if self.outbox is not None:
+            self.outbox.deliver(taken.outbox_entries)
+            if now - self._relayed >= RELAY_EVERY_S:
+                self._relayed = now
+                self.outbox.relay()
+                self.outbox.end_dead_letters()
         self._expire(self.region, taken.overdue)
         moved, left = len(taken.jobs), taken.remaining
         if taken.jobs:

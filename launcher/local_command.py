@@ -28,6 +28,7 @@ def _say(text: str) -> None:
 
 def cmd_local_up(args: argparse.Namespace) -> int:
     from launcher.local_fleet import LocalFleet
+    from launcher.local_rabbitmq import rabbitmq_available
     from launcher.local_servers import port_free
 
     regions = tuple(args.region or ("local-a", "local-b"))
@@ -37,6 +38,8 @@ def cmd_local_up(args: argparse.Namespace) -> int:
     for option, port in fixed:
         if port and not port_free(port):
             raise CliError(f"{option} {port}: 127.0.0.1:{port} is in use; give another", EX_USAGE)
+    if args.broker == "rabbitmq" and not rabbitmq_available():
+        raise CliError("--broker rabbitmq: rabbitmq-server is not installed here", EX_USAGE)
     fleet = LocalFleet(
         Path(args.root),
         regions=regions,
@@ -53,6 +56,7 @@ def cmd_local_up(args: argparse.Namespace) -> int:
         gateway_ports=api_ports,
         redis_port=args.redis_port or 0,
         s3_port=args.s3_port or 0,
+        broker=args.broker,
     )
     signal.signal(signal.SIGTERM, _interrupt)
     started = time.monotonic()
@@ -132,6 +136,12 @@ def add_local_commands(sub: Any) -> None:
     up.add_argument("--redis-port", type=int, help="Redis's port (default: a free one)")
     up.add_argument(
         "--s3-port", type=int, help="the S3 server's port, and port + 10000 (default: free ones)"
+    )
+    up.add_argument(
+        "--broker",
+        choices=["redis", "rabbitmq"],
+        default="redis",
+        help="the GPU queues: on the Redis, or on a private RabbitMQ node (quorum queues)",
     )
     up.add_argument("--tenant", default="default", help="the tenant of the printed API key")
     up.add_argument(

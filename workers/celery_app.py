@@ -30,12 +30,17 @@ import redis
 import structlog
 from celery import Celery, signals
 from celery.exceptions import Reject
-from kombu import Queue
 from structlog.contextvars import bound_contextvars
 
 from animfleet import logs
 from animfleet.constants import ANIMATE_TASK
 from animfleet.region.affinity import direct_queue
+from animfleet.region.broker import (
+    celery_broker_config,
+    has_direct_queues,
+    is_amqp,
+    region_queue,
+)
 from animfleet.region.joblogs import keep_job_logs
 from animfleet.region.jobstore import JobStore
 from animfleet.region.store_client import store_client
@@ -99,8 +104,9 @@ process = WorkerProcess()
 
 def direct_queues(region: Region, settings: WorkerSettings) -> list[str]:
     """The worker's own queue (see :mod:`animfleet.region.affinity`), once it has a name; a
-    batch worker's slots have one each."""
-    if not settings.name:
+    batch worker's slots have one each; none on RabbitMQ (see
+    :func:`animfleet.region.broker.has_direct_queues`)."""
+    if not settings.name or not has_direct_queues(region.broker_url):
         return []
     return [direct_queue(region, member) for member in slot_names(settings.name, settings.batch)]
 
@@ -110,23 +116,33 @@ def celery_config(region: Region, settings: WorkerSettings) -> dict[str, Any]:
         **BASE_CONFIG,
         "broker_url": region.broker_url,
         "broker_connection_retry_on_startup": True,
-        "broker_transport_options": {
-            "visibility_timeout": settings.visibility_timeout_s,
-            # Surviving workers sweep for messages whose worker host died: at least twenty
-            # times per visibility timeout rather than kombu's default of every ~100 s.
-            "unacked_restore_interval": max(1, settings.visibility_timeout_s // 20),
-            "unacked_restore_throttle": 1,
-            # Queues in the order given, not in turn: a job placed on this worker's direct
-            # queue (it holds what the job needs warm) starts before the shared queue's next.
-            "queue_order_strategy": "priority",
-        },
+        # RabbitMQ: confirms and per-consumer prefetch; a message whose worker's connection
+        # dies is returned at once (no visibility timeout), and the worker's direct queue is
+        # consumed beside the shared one rather than strictly before it.
+        **celery_broker_config(
+            region.broker_url,
+            {
+                "visibility_timeout": settings.visibility_timeout_s,
+                # Surviving workers sweep for messages whose worker host died: at least twenty
+                # times per visibility timeout rather than kombu's default of every ~100 s.
+                "unacked_restore_interval": max(1, settings.visibility_timeout_s // 20),
+                "unacked_restore_throttle": 1,
+                # Queues in the order given, not in turn: a job placed on this worker's direct
+                # queue (it holds what the job needs warm) starts before the shared queue's next.
+                "queue_order_strategy": "priority",
+            },
+        ),
         "task_acks_late": True,
         "task_reject_on_worker_lost": True,
         "task_time_limit": settings.hard_time_limit_s,
         "task_soft_time_limit": settings.soft_time_limit_s,
         # Its own direct queue first (jobs placed on it for what it holds warm), then the
         # region's shared one.
-        "task_queues": [*(Queue(q) for q in direct_queues(region, settings)), Queue(region.queue)],
+        # On RabbitMQ quorum queues, and no direct ones (see direct_queues).
+        "task_queues": [
+            *(region_queue(region, q) for q in direct_queues(region, settings)),
+            region_queue(region, region.queue),
+        ],
         "task_default_queue": region.queue,
         "worker_prefetch_multiplier": 1,
         # The pool child loads (and compiles) the model before it reports up; Celery's default
@@ -195,7 +211,21 @@ def animate(self: Any, job_id: str) -> None:
             countdown_s=round(countdown, 2),
             deferrals=deferrals + 1,
         )
+        if is_amqp(process.context()[0].broker_url):
+            # Quorum queues hold no ETA messages: the delivery waits in the store's outbox.
+            _defer_in_store(job_id, deferrals + 1, countdown)
+            return
         raise self.retry(countdown=countdown, max_retries=MAX_DEFERRALS) from None
+
+
+def _defer_in_store(job_id: str, deferrals: int, countdown: float) -> None:
+    from animfleet.region.broker_outbox import BrokerOutbox
+    from animfleet.region.messages import AnimateMessages
+
+    region = process.context()[0]
+    assert process.runner is not None
+    message = AnimateMessages(region).build(job_id, retries=deferrals)
+    BrokerOutbox(process.runner.store, region).defer(region.queue, message, countdown)
 
 
 def _animate(runner: JobRunner, job_id: str) -> None:
@@ -266,7 +296,7 @@ def load_model(**_: Any) -> None:
         worker_name,
         ",".join(shelf.versions),
         holdings=lambda: held_things(animator),
-        direct=DirectQueues(store.redis, region),
+        direct=DirectQueues(store.redis, region) if direct_queues(region, settings) else None,
         slots=settings.batch,
     )
     if addons is not None:  # dispatchers accept jobs asking for these from now on

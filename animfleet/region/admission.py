@@ -24,6 +24,7 @@ import redis
 from animfleet.jobs import JobRecord
 from animfleet.region.affinity import MAX_CANDIDATES
 from animfleet.region.backlog import Backlog, order_score
+from animfleet.region.broker_outbox import LUA_SEND, BrokerOutbox, claims_key, outbox_key
 from animfleet.region.keys import (
     BUSY_SET,
     HOLDING_SET,
@@ -66,26 +67,31 @@ end
 
 Mode = Literal["direct", "backlog", "seed"]
 
-# KEYS: workers, busy, queued, start-by, record, input, GPU queue, holding set of the home
-#       region, backlog-all, the tenant's backlog, messages, ring, active, the tenant's
-#       listing, the tenant's in-flight set, then n held-by sets (one per thing the job would
-#       find warm), then the idempotency keys
+# KEYS: workers, busy, queued, start-by, record, input, GPU queue (the broker outbox when the
+#       broker is apart), holding set of the home region, backlog-all, the tenant's backlog,
+#       messages, ring, active, the tenant's listing, the tenant's in-flight set, the direct
+#       claims, then n held-by sets (one per thing the job would find warm), then the
+#       idempotency keys
 # ARGV: now, allowance ('' = none), record json, inputs, record ttl, input ttl, job id,
 #       created at, start-by (or ''), message, idempotency entry, mode, tenant, order score,
 #       tenant cap (''), region cap (''), n, direct queue prefix, index ('1': list the job
-#       under its tenant), listing horizon, then one ttl per idempotency key
+#       under its tenant), listing horizon, outbox entry time ('' = push onto the queue), the
+#       GPU queue's name, then one ttl per idempotency key
 # A direct admission goes to the worker holding most of the job's things (ties by name) that
 # is live, idle and has nothing in its direct queue (the 4th answer names it, '' for the shared
 # queue KEYS[7]). The direct queues' names are built here (``<prefix><worker>``): which worker
-# is chosen is only known inside the script (from the held-by sets it reads). The prefix is
-# the store's list for the GPU queue (:func:`animfleet.region.keys.queue_in_store`): on a
-# cluster store it starts with the store's hash tag like every declared key, so the direct
-# queue hashes to their slot, which is all Redis Cluster checks.
+# is chosen is only known inside the script (from the held-by sets it reads), and with the
+# broker in the store, a region's keys all live in one Redis. With the broker apart
+# (:mod:`.broker_outbox`: a cluster store is always apart) the message goes to the outbox, and
+# "nothing in its direct queue" is "not handed a job in the last moments" (the direct claims):
+# no key is built then but from the store's tagged prefixes (see the take script's note).
 _ADMIT = (
     LUA_ADMISSION_LIMIT
+    + LUA_SEND
     + """
 local n = tonumber(ARGV[17])
-local idem = 16 + n
+local idem = 17 + n
+local apart = ARGV[21] ~= ''
 for i = idem, #KEYS do
   local earlier = redis.call('GET', KEYS[i])
   if earlier then return {2, 0, 0, earlier, i - idem + 1} end
@@ -109,7 +115,7 @@ if not redis.call('SET', KEYS[5], ARGV[3], 'EX', ARGV[5], 'NX') then return {-1,
 redis.call('SET', KEYS[6], ARGV[4], 'EX', ARGV[6])
 if ARGV[9] ~= '' then redis.call('ZADD', KEYS[4], ARGV[9], ARGV[7]) end
 redis.call('ZADD', KEYS[8], ARGV[8], ARGV[7])
-for i = idem, #KEYS do redis.call('SET', KEYS[i], ARGV[11], 'EX', ARGV[21 + i - idem]) end
+for i = idem, #KEYS do redis.call('SET', KEYS[i], ARGV[11], 'EX', ARGV[23 + i - idem]) end
 if ARGV[19] == '1' then
   redis.call('ZADD', KEYS[14], 'NX', ARGV[8], ARGV[7])
   redis.call('ZREMRANGEBYSCORE', KEYS[14], '-inf', '(' .. ARGV[20])
@@ -122,7 +128,7 @@ end
 if direct then
   redis.call('ZADD', KEYS[3], ARGV[8], ARGV[7])
   local counts, holders = {}, {}
-  for k = 16, 15 + n do
+  for k = 17, 16 + n do
     for _, worker in ipairs(redis.call('ZRANGEBYSCORE', KEYS[k], now, '+inf')) do
       if not counts[worker] then
         counts[worker] = 0
@@ -140,14 +146,18 @@ if direct then
     local worker = holders[c]
     local lapse = redis.call('ZSCORE', KEYS[1], worker)
     local busy = redis.call('ZSCORE', KEYS[2], worker)
+    local queued
+    if apart then queued = handed(KEYS[16], worker, now)
+    else queued = redis.call('LLEN', ARGV[18] .. worker) > 0 end
     if lapse and tonumber(lapse) > now and not (busy and tonumber(busy) > now)
-        and redis.call('LLEN', ARGV[18] .. worker) == 0 then
+        and not queued then
       chosen = worker
       break
     end
   end
-  redis.call('LPUSH', chosen ~= '' and ARGV[18] .. chosen or KEYS[7], ARGV[10])
-  return {1, live, held + 1, chosen}
+  local target = chosen ~= '' and ARGV[18] .. chosen or (apart and ARGV[22] or KEYS[7])
+  if apart and chosen ~= '' then claim(KEYS[16], chosen, now) end
+  return {1, live, held + 1, chosen, send(KEYS[7], ARGV[21], target, ARGV[10])}
 end
 redis.call('ZADD', KEYS[9], ARGV[8], ARGV[7])
 redis.call('ZADD', KEYS[10], ARGV[14], ARGV[7])
@@ -179,6 +189,7 @@ class Admission:
     matched: int = 0
     cap: str = ""
     worker: str | None = None  # the holder whose direct queue took the job
+    outbox_entry: str = ""  # with the broker apart: the message to publish (BrokerOutbox)
 
 
 class AdmissionScript:
@@ -204,6 +215,7 @@ class AdmissionScript:
         held_by: Sequence[str] = (),
         direct_prefix: str = "",
         index: bool = False,
+        outbox: bool = False,
     ) -> Admission:
         """Take ``record`` (of this region) and its stored ``inputs`` in, as ``mode`` says:
         ``direct`` onto ``queue`` (or a holder's direct queue) if it can start now, else FULL;
@@ -214,6 +226,8 @@ class AdmissionScript:
         ``held_by``: the held-by sets of the things the job would find warm
         (:class:`animfleet.region.affinity.Holdings`); a holder's direct queue is
         ``direct_prefix`` + its name. ``index``: list the job under its tenant (its home).
+        ``outbox``: the broker is apart from the store; the message goes to the region's
+        broker outbox, to publish from :attr:`Admission.outbox_entry`.
         """
         limits = [t for t in (record.start_deadline, record.deadline) if t is not None]
         backlog, tenant = self.backlog, record.tenant
@@ -225,7 +239,8 @@ class AdmissionScript:
             START_BY_SET + self.region,
             JOB_KEY + record.id,
             INPUT_KEY + record.id,
-            queue or QUEUED_SET + self.region,  # unused by a seed (any key of the store's slot)
+            # unused by a seed: any key of the store's slot
+            outbox_key(self.region) if outbox else queue or QUEUED_SET + self.region,
             HOLDING_SET + record.home_region,
             backlog.all_key,
             backlog.tenant_key(tenant),
@@ -234,6 +249,7 @@ class AdmissionScript:
             backlog.active_key,
             TENANT_JOBS + tenant,
             TENANT_IN_FLIGHT + tenant,
+            claims_key(self.region),
             *held_by,
             *(key for key, _ in idempotency),
         ]
@@ -258,6 +274,8 @@ class AdmissionScript:
             direct_prefix,
             "1" if index else "",
             repr(now - RECORD_TTL_S),
+            repr(BrokerOutbox.due_at(now)) if outbox else "",
+            queue,
             *(ttl for _, ttl in idempotency),
         ]
         answer = self._script(keys=keys, args=args)
@@ -265,8 +283,12 @@ class AdmissionScript:
         if outcome is AdmissionOutcome.REPEAT:
             return Admission(outcome, 0, 0, earlier=answer[3], matched=int(answer[4]))
         cap = answer[3].decode() if outcome is AdmissionOutcome.CAPPED else ""
-        worker = (answer[3].decode() or None) if outcome is AdmissionOutcome.ADMITTED else None
-        return Admission(outcome, int(answer[1]), int(answer[2]), cap=cap, worker=worker)
+        admitted = outcome is AdmissionOutcome.ADMITTED and len(answer) > 4
+        worker = (answer[3].decode() or None) if admitted else None
+        item = answer[4].decode() if admitted else ""
+        return Admission(
+            outcome, int(answer[1]), int(answer[2]), cap=cap, worker=worker, outbox_entry=item
+        )
 
     def seed(self, record: JobRecord, inputs: bytes, index: bool = False) -> None:
         """Store a new queued record and its input with no message (the job reaches a worker

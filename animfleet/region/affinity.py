@@ -21,12 +21,22 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol
 
 import redis
 
 from animfleet.addons import AddonUse
-from animfleet.region.keys import DIRECT_QUEUES, HELD_BY, PREFETCH_CHANNEL, queue_in_store
+from animfleet.region.keys import DIRECT_QUEUES, HELD_BY, PREFETCH_CHANNEL
 from animfleet.topology import Region
+
+
+class QueueMover(Protocol):
+    """What a rescue needs of a broker apart from the store."""
+
+    def move_all(self, source: str, target: str) -> int: ...
+
+    def depth(self, queue: str) -> int: ...
+
 
 # Holders a dispatcher offers the admission script, best first.
 MAX_CANDIDATES = 4
@@ -109,20 +119,14 @@ class Holdings:
 
 
 class DirectQueues:
-    """``direct-queues:<region>``: the workers that consume a direct queue of their own.
-
-    The lists it reads and rescues are the store's (:func:`.keys.queue_in_store`): the queues
-    themselves when the store is the broker, else the messages not yet relayed to the broker.
-    """
+    """``direct-queues:<region>``: the workers that consume a direct queue of their own."""
 
     def __init__(self, client: redis.Redis, region: Region) -> None:
         self.redis, self.region = client, region
         self.key = DIRECT_QUEUES + region.name
-        self.shared = queue_in_store(region.queue, region.store_is_broker)
 
     def queue(self, worker: str) -> str:
-        """The store's list of ``worker``'s direct queue."""
-        return queue_in_store(direct_queue(self.region, worker), self.region.store_is_broker)
+        return direct_queue(self.region, worker)
 
     def register(self, worker: str) -> str:
         """Record that ``worker`` consumes its direct queue; returns the queue's name."""
@@ -137,18 +141,36 @@ class DirectQueues:
         message or misses it, never both.
         """
         moved: list[str] = []
-        for raw in self.redis.smembers(self.key):
-            worker = raw.decode() if isinstance(raw, bytes) else str(raw)
-            if consuming(worker):
-                continue
-            queue = self.queue(worker)
+        for worker, queue in self._gone(consuming):
             # Messages go in on the left and are popped from the right: the right is oldest.
-            while (message := self.redis.lmove(queue, self.shared, "RIGHT", "LEFT")) is not None:
+            while (
+                message := self.redis.lmove(queue, self.region.queue, "RIGHT", "LEFT")
+            ) is not None:
                 moved.append(message.decode() if isinstance(message, bytes) else str(message))
-            self.redis.srem(self.key, worker)
-            if self.redis.llen(queue):  # pushed between the last move and the SREM
-                self.redis.sadd(self.key, worker)
+            self._forget(worker, pushed_since=self.redis.llen(queue))
         return moved
+
+    def rescue_on(self, broker: QueueMover, consuming: Callable[[str], bool]) -> int:
+        """:meth:`rescue` for a broker apart from the store
+        (:class:`animfleet.region.broker.BrokerLink`); returns how many messages moved."""
+        moved = 0
+        for worker, queue in self._gone(consuming):
+            moved += broker.move_all(queue, self.region.queue)
+            self._forget(worker, pushed_since=broker.depth(queue))
+        return moved
+
+    def _gone(self, consuming: Callable[[str], bool]) -> list[tuple[str, str]]:
+        """(worker, its direct queue) of each registered worker no longer ``consuming``."""
+        workers = [
+            raw.decode() if isinstance(raw, bytes) else str(raw)
+            for raw in self.redis.smembers(self.key)
+        ]
+        return [(w, direct_queue(self.region, w)) for w in workers if not consuming(w)]
+
+    def _forget(self, worker: str, pushed_since: int) -> None:
+        self.redis.srem(self.key, worker)
+        if pushed_since:  # pushed between the last move and the SREM: look again next time
+            self.redis.sadd(self.key, worker)
 
 
 def prefetch_channel(region: str) -> str:

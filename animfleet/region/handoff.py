@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import redis
 
 from animfleet.region.backlog import Backlog
+from animfleet.region.broker_outbox import BrokerOutbox, outbox_key
 from animfleet.region.handoff_take import TAKE, HandoffHints, HandoffSettings, Hints
 from animfleet.region.keys import (
     BACKLOG_BYPASS,
@@ -109,6 +110,7 @@ class Taken:
     remaining: int = 0
     token: str = ""
     placed: list[str] = field(default_factory=list)  # per job: the worker handed it, or ""
+    outbox_entries: list[str] = field(default_factory=list)  # to publish (broker apart)
 
 
 @dataclass(frozen=True)
@@ -134,15 +136,17 @@ class Handoff:
         queue: str,
         allowance: float,
         handoff: HandoffSettings | None = None,
+        outbox: bool = False,
     ) -> None:
         self.redis, self.region, self.queue, self.allowance = client, region, queue, allowance
+        self.outbox = outbox  # the broker is apart: messages go to the broker outbox
         self.settings = handoff or HandoffSettings()
         self.backlog = Backlog(client, region)
         self.moving_key = BACKLOG_MOVING + region
         self.deficit_key = BACKLOG_DEFICIT + region
         self.bypass_key = BACKLOG_BYPASS + region
         self.hints = HandoffHints(
-            client, region, queue, self.backlog.tenant_key(""), self.backlog.ring_key
+            client, region, queue, self.backlog.tenant_key(""), self.backlog.ring_key, outbox
         )
         self._take = client.register_script(TAKE)
         self._give_back = client.register_script(_GIVE_BACK)
@@ -163,7 +167,7 @@ class Handoff:
             WORKER_SET + self.region,
             BUSY_SET + self.region,
             QUEUED_SET + self.region,
-            self.queue,
+            outbox_key(self.region) if self.outbox else self.queue,
             b.all_key,
             b.message_key,
             b.ring_key,
@@ -192,10 +196,18 @@ class Handoff:
             *hints.workers,
             len(hints.jobs),
             *(part for job, sets in hints.jobs.items() for part in (job, ",".join(map(str, sets)))),
+            repr(BrokerOutbox.due_at()) if self.outbox and mode == "home" else "",
+            self.queue,
         ]
-        jobs, skipped, overdue, remaining, placed = self._take(keys=keys, args=args)
+        jobs, skipped, overdue, remaining, placed, sent = self._take(keys=keys, args=args)
         return Taken(
-            _text(jobs), _text(skipped), _text(overdue), int(remaining), token, _text(placed)
+            _text(jobs),
+            _text(skipped),
+            _text(overdue),
+            int(remaining),
+            token,
+            _text(placed),
+            _text(sent),
         )
 
     def move_home(self, most: int = 100) -> Taken:

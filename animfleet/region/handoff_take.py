@@ -32,15 +32,20 @@ import redis
 from animfleet.jobs import JobRecord
 from animfleet.region.admission import LUA_ADMISSION_LIMIT
 from animfleet.region.affinity import Holdings, direct_queue_of, things_of
+from animfleet.region.broker_outbox import LUA_SEND, claims_key
 from animfleet.region.keys import BUSY_SET, DIRECT_QUEUES, JOB_KEY, WORKER_SET
 
-# KEYS: workers, busy, queued, GPU queue, backlog-all, messages, ring, active, deficits,
-#       weights, moving, bypass counts, then the n candidate workers' direct queues, then the
-#       holder sets the hints name
+# KEYS: workers, busy, queued, GPU queue (the broker outbox when the broker is apart),
+#       backlog-all, messages, ring, active, deficits, weights, moving, bypass counts, then per
+#       candidate worker its direct queue (the direct claims when the broker is apart), then
+#       the holder sets the hints name
 # ARGV: now, allowance, most jobs to take, tenant key prefix, record key prefix,
 #       mode ('home' | 'claim'), target region (claim), most entries to look at, claim token,
 #       window, bypass limit, borrow, n, the n workers, m, then m (job id, holder-set key
-#       indices joined by ',') pairs
+#       indices joined by ',') pairs, then the outbox entry time ('' = push onto the queues)
+#       and the GPU queue's name
+# Answer: jobs taken, skipped, overdue, backlog left, the worker each went to ('' = shared),
+#       and the outbox entries to publish (none when the broker is the store).
 # Undeclared keys: the tenant whose turn it is comes from the ring and the job from that
 # tenant's queue, both read inside this atomic step, so the script builds those two keys from
 # the prefixes in ARGV (a tenant's backlog, a job's record). Passing them as KEYS would need a
@@ -50,12 +55,15 @@ from animfleet.region.keys import BUSY_SET, DIRECT_QUEUES, JOB_KEY, WORKER_SET
 # is all the cluster checks (a key of another slot would fail the call, never go astray).
 TAKE = (
     LUA_ADMISSION_LIMIT
+    + LUA_SEND
     + """
 local now, allowance, most = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local budget = tonumber(ARGV[8])
 local window, limit, borrow = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
 local n = tonumber(ARGV[13])
-local taken, skipped, overdue, placed = {}, {}, {}, {}
+local tail = 15 + n + 2 * tonumber(ARGV[14 + n])
+local at, apart = ARGV[tail], ARGV[tail] ~= ''
+local taken, skipped, overdue, placed, sent = {}, {}, {}, {}, {}
 local hints = {}
 for j = 1, tonumber(ARGV[14 + n]) do
   local sets = {}
@@ -77,8 +85,11 @@ local function idle_worker()
     local worker = ARGV[13 + c]
     local lapse = redis.call('ZSCORE', KEYS[1], worker)
     local busy = redis.call('ZSCORE', KEYS[2], worker)
+    local queued
+    if apart then queued = handed(KEYS[12 + c], worker, now)
+    else queued = redis.call('LLEN', KEYS[12 + c]) > 0 end
     if lapse and tonumber(lapse) > now and not (busy and tonumber(busy) > now)
-        and redis.call('LLEN', KEYS[12 + c]) == 0 then
+        and not queued then
       return c
     end
   end
@@ -234,13 +245,19 @@ while #taken < most and room() > 0 do
       target = ARGV[7], at = ARGV[1], message = job[2], order = job[3], tenant = job[4],
       created = job[5], token = ARGV[9]}))
   else
-    redis.call('LPUSH', c and KEYS[12 + c] or KEYS[4], job[2])
+    local queue = c and KEYS[12 + c] or KEYS[4]
+    if apart then
+      queue = c and ARGV[tail + 1] .. '.w.' .. ARGV[13 + c] or ARGV[tail + 1]
+      if c then claim(KEYS[12 + c], ARGV[13 + c], now) end
+    end
+    local item = send(KEYS[4], at, queue, job[2])
+    if apart then table.insert(sent, item) end
     redis.call('ZADD', KEYS[3], now, job[1])
     table.insert(placed, c and ARGV[13 + c] or '')
   end
   table.insert(taken, job[1])
 end
-return {taken, skipped, overdue, redis.call('ZCARD', KEYS[5]), placed}
+return {taken, skipped, overdue, redis.call('ZCARD', KEYS[5]), placed, sent}
 """
 )
 
@@ -268,7 +285,8 @@ class HandoffSettings:
 @dataclass(frozen=True)
 class Hints:
     """What the take script needs beyond the backlog's keys: the candidate workers and their
-    direct queues, and per job at a tenant's head the holder sets of its things."""
+    direct queues (with the broker apart: the direct claims, once per worker), and per job at a
+    tenant's head the holder sets of its things."""
 
     workers: list[str] = field(default_factory=list)
     queues: list[str] = field(default_factory=list)
@@ -281,9 +299,15 @@ class HandoffHints:
     remembers each job's things, so an input is read once while its job waits."""
 
     def __init__(
-        self, client: redis.Redis, region: str, queue: str, tenant_key: str, ring_key: str
+        self,
+        client: redis.Redis,
+        region: str,
+        queue: str,
+        tenant_key: str,
+        ring_key: str,
+        apart: bool = False,
     ) -> None:
-        self.redis, self.region, self.queue = client, region, queue
+        self.redis, self.region, self.queue, self.apart = client, region, queue, apart
         self.tenant_key, self.ring_key = tenant_key, ring_key
         self.holdings = Holdings(client, region)
         self._things: dict[str, list[str]] = {}
@@ -300,7 +324,10 @@ class HandoffHints:
             live_raw, busy_raw, direct_raw, ring_raw = pipe.execute()
         direct = {_text(w) for w in direct_raw}
         workers = sorted(w for w in map(_text, live_raw) if w in direct)
-        queues = [direct_queue_of(self.queue, worker) for worker in workers]
+        queues = [
+            claims_key(name) if self.apart else direct_queue_of(self.queue, worker)
+            for worker in workers
+        ]
         busy = {_text(w) for w in busy_raw}
         if not ring_raw or all(worker in busy for worker in workers):
             # Nobody to hand a job to now (one freeing meanwhile still gets the head).

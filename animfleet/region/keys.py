@@ -6,7 +6,8 @@ waiting sets; records are created only by :mod:`.admission`, which also lists a 
 its tenant for :mod:`.listing` and :mod:`.tenants`), :mod:`.runs` (the lease of each job's live
 run), :mod:`.workers` (heartbeats), :mod:`.outbox` (webhook deliveries), :mod:`.joblogs` (each
 job's log lines), :mod:`.erasure` (deleted jobs), :mod:`.usage` (its roll-up cursor and notes),
-:mod:`.retention` (finished jobs by tenant and end) and
+:mod:`.retention` (finished jobs by tenant and end), :mod:`.broker_outbox` (messages on their
+way to a broker apart from the store) and
 :mod:`.status` (read-only counts for the router), :mod:`.affinity` (what workers hold warm,
 their direct queues), :mod:`.sweeper` (its lease and the
 time a region lost its last worker) and :mod:`.backlog` with :mod:`.handoff` (the backlog; the
@@ -106,19 +107,12 @@ ADDONS_SERVED = KEY_PREFIX + "addons:"  # + region -> zset add-on name -> time l
 HELD_BY = KEY_PREFIX + "held-by:"  # + region + ":" + thing -> zset worker -> claim lapses at
 DIRECT_QUEUES = KEY_PREFIX + "direct-queues:"  # + region -> set of workers with a direct queue
 PREFETCH_CHANNEL = KEY_PREFIX + "prefetch:"  # + region -> pub/sub: load these add-ons now
+DIRECT_CLAIMS = KEY_PREFIX + "direct-claims:"  # + region -> hash worker -> handed a job until
 
-# When the store is not the broker (a cluster store, the broker apart), store code cannot push
-# onto a GPU queue in its atomic steps: it pushes onto the store's list for that queue instead,
-# which shares the store's hash tag (see :func:`queue_in_store`), for a relay to move on.
-STORE_QUEUE = KEY_PREFIX + "queue:"  # + GPU or direct queue name -> list of Celery messages
+# Celery messages on their way to a broker apart from the store (:mod:`.broker_outbox`):
+# "<queue> <message>" -> the time from which the relay publishes it.
+BROKER_OUTBOX = KEY_PREFIX + "broker-outbox:"  # + region -> zset entry -> publish from
 
 # A finished job's record is kept this long; its input bytes only until it is terminal.
 RECORD_TTL_S = 7 * 24 * 3600
 INPUT_TTL_S = 2 * 24 * 3600
-
-
-def queue_in_store(queue: str, store_is_broker: bool) -> str:
-    """The store list onto which store code pushes ``queue``'s Celery messages: the broker's
-    queue itself when the store is the broker, else its :data:`STORE_QUEUE` list (which
-    shares the store's hash tag; a direct queue's name is built from it the same way)."""
-    return queue if store_is_broker else STORE_QUEUE + queue

@@ -2,7 +2,9 @@
 
 Admission and requeues push it inside their own atomic Redis calls (a Lua script, a MULTI), so
 a record never waits without its message or the reverse. It is built by Celery and kombu exactly
-as ``send_task(..., queue=<region queue>)`` would build it; only the final ``LPUSH`` moves.
+as ``send_task(..., queue=<region queue>)`` would build it; only the final ``LPUSH`` moves. A
+region whose broker is not a Redis gets the same text (kombu's in-memory transport builds it),
+which :class:`animfleet.region.broker.BrokerLink` publishes as an AMQP message.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ class AnimateMessages:
         self.region = region
         self.celery = Celery(f"animfleet-messages-{region.name}")
         self.celery.conf.update(
-            broker_url=region.broker_url,
+            broker_url=region.broker_url if region.broker_url.startswith("redis") else "memory://",
             task_serializer="json",
             accept_content=["json"],
             task_ignore_result=True,
@@ -39,13 +41,14 @@ class AnimateMessages:
         self._channel: Any = None
         self._template: _Template | None = None
 
-    def build(self, job_id: str) -> str:
+    def build(self, job_id: str, retries: int = 0) -> str:
         """The Celery protocol-2 message for ``animate(job_id)``, as kombu's Redis transport
-        would push it for ``send_task(..., queue=<region queue>)``."""
+        would push it for ``send_task(..., queue=<region queue>)``; ``retries``: as a deferred
+        delivery counts its deferrals."""
         if self._channel is None:
             self._channel = self.celery.connection_for_write().default_channel
         headers, properties, body, _ = self.celery.amqp.as_task_v2(
-            job_id, ANIMATE_TASK, args=[job_id], kwargs={}, ignore_result=True
+            job_id, ANIMATE_TASK, args=[job_id], kwargs={}, ignore_result=True, retries=retries
         )
         content_type, encoding, data = serialize(body, serializer="json")
         properties = {**properties, "delivery_mode": 2}

@@ -52,7 +52,12 @@ def read_region_status(
     with client.pipeline(transaction=False) as pipe:
         pipe.zcount(WORKER_SET + region.name, now, "+inf")
         pipe.zcount(BUSY_SET + region.name, now, "+inf")
-        pipe.llen(region.queue)
+        # With the broker apart, the store's queued set counts the same jobs (those on the GPU
+        # queue, and on their way to it) without asking the broker.
+        if region.store_is_broker:
+            pipe.llen(region.queue)
+        else:
+            pipe.zcard(QUEUED_SET + region.name)
         pipe.zrange(QUEUED_SET + region.name, 0, 0, withscores=True)
         pipe.zcount(WAITING_SET + region.name, now, "+inf")
         pipe.zcard(BACKLOG_ALL + region.name)

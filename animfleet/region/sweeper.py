@@ -39,13 +39,14 @@ from animfleet.jobs import IllegalTransition, JobRecord, JobState
 from animfleet.region.affinity import DirectQueues
 from animfleet.region.archive import Objects, RecordArchive
 from animfleet.region.backlog import Backlog
+from animfleet.region.broker import BrokerUnavailable
+from animfleet.region.broker_outbox import BrokerOutbox
 from animfleet.region.jobstore import JobNotFound, JobStore
 from animfleet.region.keys import (
     NO_WORKERS_KEY,
     QUEUED_SET,
     SWEEP_LEASE_KEY,
     WORKER_SET,
-    queue_in_store,
 )
 from animfleet.region.messages import AnimateMessages
 from animfleet.region.retention import Retention
@@ -102,7 +103,6 @@ class Sweeper:
         objects: Objects | None = None,
     ) -> None:
         self.region, self.store, self.settings = region, store, settings
-        self.queue = queue_in_store(region.queue, region.store_is_broker)  # a requeue pushes here
         self.objects = objects
         prefix = region.storage.prefix
         self.archive = RecordArchive(objects, prefix) if objects is not None else None
@@ -118,6 +118,8 @@ class Sweeper:
         self.workers = WorkerRegistry(store.redis, region.name)
         self.runs = RunLeases(store)
         self.direct = DirectQueues(store.redis, region)
+        # A broker apart from the store: requeues go through the outbox (:mod:`.broker_outbox`).
+        self.outbox = None if region.store_is_broker else BrokerOutbox(store, region)
         self.backlog = Backlog(store.redis, region.name)
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{id(self)}"  # names the process
 
@@ -134,7 +136,7 @@ class Sweeper:
         if self._redis_up_s() >= self.settings.heartbeat_ttl_s + 1.0:
             self._sweep_running(now, result)
         # Jobs placed on a worker that then left wait on the shared queue instead.
-        result.rescued = len(self.direct.rescue(consuming=self.workers.is_live))
+        result.rescued = self._rescue()
         if result.rescued:
             log.info("sweeper.direct_rescued", region=self.region.name, messages=result.rescued)
         self._sweep_queued(now, result)
@@ -150,6 +152,15 @@ class Sweeper:
                 self._reconciled_at = now
                 self.reconcile_outputs(result)
         return result
+
+    def _rescue(self) -> int:
+        if self.outbox is None:
+            return len(self.direct.rescue(consuming=self.workers.is_live))
+        try:
+            return self.direct.rescue_on(self.outbox.link, consuming=self.workers.is_live)
+        except BrokerUnavailable as error:  # the next pass tries again
+            log.warning("sweeper.rescue_failed", region=self.region.name, error=str(error))
+            return 0
 
     def _redis_up_s(self) -> float:
         info = server_info(self.redis, "server")
@@ -188,14 +199,24 @@ class Sweeper:
                 record.worker, record.progress.step = None, 0
             outcome.append(record.status.value)
 
+        sent: list[str] = []
+
         def push(pipe: redis.client.Pipeline, record: JobRecord) -> None:
-            if record.status is JobState.QUEUED:
-                pipe.lpush(self.queue, self.messages.for_job(record.id))
+            sent.clear()  # a retried transaction adds its entry anew
+            if record.status is not JobState.QUEUED:
+                return
+            message = self.messages.for_job(record.id)
+            if self.outbox is None:
+                pipe.lpush(self.region.queue, message)
+            else:
+                sent.append(self.outbox.add(pipe, self.region.queue, message))
 
         try:
             self.store.update(seen.id, change, also=push, watch=(RunLeases.key(seen.id),))
         except (IllegalTransition, JobNotFound):
             return ""
+        if self.outbox is not None:
+            self.outbox.deliver(sent)
         return None if outcome[-1] == JobState.QUEUED.value else outcome[-1]
 
     # -- queued jobs that would wait forever -------------------------------------------------

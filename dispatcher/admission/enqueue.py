@@ -10,6 +10,9 @@ With affinity on, the script also looks up which workers hold the job's image te
 digest on its record) or add-ons warm (:mod:`animfleet.region.affinity`) and pushes the message
 onto the direct queue of the first one that is idle; a job with add-ons then asks that worker
 (or, on the shared queue, every idle one) to start loading them while the job is queued.
+
+With the region's broker apart from its store, the script adds the message to the region's
+broker outbox instead and this handle publishes it at once (:mod:`animfleet.region.broker_outbox`).
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ from collections.abc import Sequence
 from animfleet.jobs import JobRecord
 from animfleet.region.admission import Admission, AdmissionOutcome, AdmissionScript, BacklogCaps
 from animfleet.region.affinity import Holdings, announce_prefetch, direct_queue, things_of
+from animfleet.region.broker import has_direct_queues
+from animfleet.region.broker_outbox import BrokerOutbox
 from animfleet.region.jobstore import JobStore
-from animfleet.region.keys import queue_in_store
 from animfleet.region.messages import AnimateMessages
 from animfleet.topology import Region
 
@@ -40,8 +44,11 @@ class RegionQueue:
         self.caps = caps or BacklogCaps()
         self.script = AdmissionScript(store.redis, region.name)
         self.messages = AnimateMessages(region)
-        self.holdings = Holdings(store.redis, region.name) if affinity else None
-        self.direct_prefix = queue_in_store(direct_queue(region, ""), region.store_is_broker)
+        # No holder's direct queue on RabbitMQ (has_direct_queues): every job takes the shared one.
+        placing = affinity and has_direct_queues(region.broker_url)
+        self.holdings = Holdings(store.redis, region.name) if placing else None
+        self.direct_prefix = direct_queue(region, "")
+        self.outbox = None if region.store_is_broker else BrokerOutbox(store, region)
 
     def admit(
         self,
@@ -71,7 +78,7 @@ class RegionQueue:
             inputs,
             mode="backlog" if backlog else "direct",
             message=self.messages.for_job(record.id),
-            queue=queue_in_store(self.region.queue, self.region.store_is_broker),
+            queue=self.region.queue,
             allowance=self.allowance,
             caps=self._caps(tenant_cap),
             idempotency=idempotency,
@@ -79,11 +86,19 @@ class RegionQueue:
             held_by=held_by,
             direct_prefix=self.direct_prefix,
             index=index,
+            outbox=self.outbox is not None,
         )
+        if self.outbox is not None and answer.outbox_entry:
+            self.outbox.deliver([answer.outbox_entry])
         if answer.outcome is AdmissionOutcome.ADMITTED and record.params.addons:
             names = [use.name for use in record.params.addons]
             announce_prefetch(self.store.redis, self.region.name, names, answer.worker)
         return answer
+
+    def close(self) -> None:
+        """Close the connection to a broker apart from the store (none otherwise)."""
+        if self.outbox is not None:
+            self.outbox.link.close()
 
     def _caps(self, tenant_cap: int | None) -> BacklogCaps:
         if tenant_cap is None:

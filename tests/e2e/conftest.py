@@ -14,7 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from animfleet.region.keys import JOB_KEY
+from animfleet.region.affinity import direct_queue
+from animfleet.region.broker import BrokerLink
+from animfleet.region.keys import DIRECT_QUEUES, JOB_KEY
 from animfleet.region.store_client import store_client
 from dispatcher import Client
 from launcher.local_fleet import LocalFleet
@@ -93,10 +95,14 @@ def _cancel_all(fleet: LocalFleet, http: httpx.Client) -> None:
         http.post(f"/v1/jobs/{job_id}/cancel")
     deadline = time.monotonic() + 60
     # Idle workers and an empty queue: canceled jobs' messages were received and skipped.
-    queues = ["animate.api", *(key.decode() for key in store.keys("animate.api.w.*"))]
-    while any(store.llen(q) for q in queues) or any(b["job_id"] for b in fleet.heartbeats("api")):
+    region = fleet.topology.region("api")
+    workers = [raw.decode() for raw in store.smembers(DIRECT_QUEUES + "api")]
+    queues = [region.queue, *(direct_queue(region, worker) for worker in workers)]
+    broker = BrokerLink(region)  # the fleet's broker: its Redis, or RabbitMQ
+    while any(broker.depth(q) for q in queues) or any(b["job_id"] for b in fleet.heartbeats("api")):
         assert time.monotonic() < deadline, "workers still busy after cancel"
         time.sleep(0.05)
+    broker.close()
 
 
 @pytest.fixture

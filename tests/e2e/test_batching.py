@@ -11,9 +11,9 @@ from pathlib import Path
 
 import av
 import pytest
-import redis
 
 from animfleet.jobs import JobState
+from animfleet.region.broker import BrokerLink
 from dispatcher import Client
 from launcher.local_fleet import LocalFleet
 from storage import open_store
@@ -83,8 +83,9 @@ def test_a_batch_worker_counts_as_its_slots_and_runs_every_job_exactly_once(
         with av.open(io.BytesIO(store.get(record.output.key)), mode="r") as container:
             assert len(list(container.decode(video=0))) == 4
     assert len({record.worker for record in records}) > 1  # jobs shared the loop
-    with redis.Redis.from_url(batch_fleet.redis_url(REGION)) as client:
-        assert client.llen(f"animate.{REGION}") == 0
+    broker = BrokerLink(batch_fleet.topology.region(REGION))  # its Redis, or RabbitMQ
+    assert broker.depth(f"animate.{REGION}") == 0
+    broker.close()
 
 
 def test_sigterm_drains_every_slot_at_once_and_finishes_the_jobs_it_holds(

@@ -172,4 +172,4 @@ def test_a_version_whose_files_do_not_match_their_hash_stops_the_worker_at_boot(
     assert worker.returncode == 78, worker.stderr[-2000:]
     assert "anim@tampered: NOTES.txt has sha256" in worker.stderr
     assert "refusing to serve it" in worker.stderr
-    assert not JobStore.from_url(region.broker_url).redis.exists("{animfleet}:worker:east:tampered")
+    assert not JobStore.from_url(region.store).redis.exists("{animfleet}:worker:east:tampered")

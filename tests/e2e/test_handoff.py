@@ -14,10 +14,16 @@ from PIL import Image
 
 from animfleet.jobs import JobRecord, JobState
 from dispatcher import Client
-from launcher.local_fleet import LocalFleet
+from launcher.local_fleet import LocalFleet, default_broker
 from tests.fixtures.standin import ANIMATOR as STANDIN
 
-pytestmark = pytest.mark.e2e
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(
+        default_broker() == "rabbitmq",
+        reason="no direct queues on RabbitMQ: per-consumer prefetch (docs/brokers.md)",
+    ),
+]
 REGION = "ho"
 JOB: dict[str, Any] = {"frames": 4, "width": 32, "height": 32}
 

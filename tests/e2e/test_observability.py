@@ -117,7 +117,7 @@ def test_every_process_serves_metrics_of_what_happened(
 
 
 def test_celery_inspect_and_flower_see_our_worker(observed: LocalFleet) -> None:
-    broker = observed.redis_url("ob")
+    broker = observed.broker_url("ob")  # its Redis, or RabbitMQ
     celery = [sys.executable, "-m", "celery", "--broker", broker]
     ping = subprocess.run(
         [*celery, "inspect", "ping", "--timeout", "10"], capture_output=True, text=True, check=True

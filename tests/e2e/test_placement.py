@@ -15,10 +15,16 @@ from animfleet.jobs import JobRecord
 from animfleet.region.affinity import Holdings, addon_thing, image_digest, template_thing
 from animfleet.region.keys import JOB_KEY
 from animfleet.region.store_client import store_client
-from launcher.local_fleet import LocalFleet
+from launcher.local_fleet import LocalFleet, default_broker
 from tools.training.evaluation.mask_scenes import mask_png, scene_mask
 
-pytestmark = pytest.mark.e2e
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(
+        default_broker() == "rabbitmq",
+        reason="no direct queues on RabbitMQ: per-consumer prefetch (docs/brokers.md)",
+    ),
+]
 
 
 def _idle_holders(fleet: LocalFleet, store: redis.Redis, thing: str) -> list[str]:

@@ -10,9 +10,9 @@ import time
 from collections.abc import Callable
 
 import pytest
-import redis
 
 from animfleet.jobs import JobState
+from animfleet.region.broker import BrokerLink
 from animfleet.region.messages import AnimateMessages
 from dispatcher import Client
 from launcher.local_fleet import LocalFleet
@@ -96,8 +96,9 @@ def test_a_duplicated_delivery_racing_a_stalled_run_completes_the_job_once(
     stopped = time.monotonic()
     try:
         region = fleet.topology.region("fa")
-        broker = redis.Redis.from_url(fleet.redis_url("fa"))
-        broker.lpush(region.queue, AnimateMessages(region).for_job(job))  # the duplicate
+        broker = BrokerLink(region)  # the fleet's broker: its Redis, or RabbitMQ
+        broker.publish(region.queue, AnimateMessages(region).for_job(job))  # the duplicate
+        broker.close()
 
         def taken_over() -> bool:
             return record_of(fleet, job).attempts == 2

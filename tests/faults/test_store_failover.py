@@ -22,7 +22,7 @@ from animfleet.jobs import JobParams, JobRecord
 from animfleet.region.admission import AdmissionOutcome, AdmissionScript
 from animfleet.region.backlog import Backlog
 from animfleet.region.handoff import Handoff
-from animfleet.region.keys import JOB_KEY, KEY_PREFIX, QUEUED_SET, STORE_QUEUE
+from animfleet.region.keys import JOB_KEY, KEY_PREFIX, QUEUED_SET
 from animfleet.region.store_client import store_client
 from animfleet.region.workers import WorkerRegistry
 from launcher.local_cluster import LocalCluster
@@ -30,7 +30,7 @@ from launcher.local_cluster import LocalCluster
 pytestmark = pytest.mark.faults
 
 REGION = "fo"
-QUEUE = STORE_QUEUE + "animate.fo"
+QUEUE = KEY_PREFIX + "queue:animate.fo"  # stands in for the GPU queue: a list in the slot
 PARAMS = JobParams(prompt="sway", frames=4, fps=8, width=32, height=32, seed=1)
 
 

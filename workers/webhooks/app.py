@@ -16,12 +16,12 @@ from typing import Any
 
 import structlog
 from celery import Celery, signals
-from kombu import Queue
 
 from animfleet import logs
 from animfleet.constants import WEBHOOK_QUEUE_PREFIX, WEBHOOK_TASK
 from animfleet.metrics import port_from_env, serve
 from animfleet.netguard import NetGuard
+from animfleet.region.broker import celery_broker_config, task_queue
 from animfleet.region.joblogs import keep_job_logs
 from animfleet.region.jobstore import JobStore
 from animfleet.region.outbox import DueSet, mark_sender_alive
@@ -89,10 +89,12 @@ def create_app(region: Region, settings: WebhookSettings, netguard: NetGuard) ->
         task_ignore_result=True,
         # A lost message costs nothing: its delivery's lease runs out and it is claimed again.
         task_acks_late=False,
-        task_queues=[Queue(queue_name(region))],
+        # On RabbitMQ a quorum queue too; no dead letters (a lost message costs nothing).
+        task_queues=[task_queue(region.broker_url, queue_name(region))],
         task_default_queue=queue_name(region),
         worker_prefetch_multiplier=1,
         worker_hijack_root_logger=False,
+        **celery_broker_config(region.broker_url, {}),
     )
     store = JobStore.from_url(region.store)
     keep_job_logs({region.name: store.redis})

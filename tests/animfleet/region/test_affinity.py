@@ -19,6 +19,7 @@ from animfleet.region.affinity import (
     template_thing,
     things_of,
 )
+from animfleet.region.broker import BrokerLink
 from animfleet.topology import Region
 
 REGION = Region(name="east", broker_url="redis://127.0.0.1:6379/0")
@@ -53,20 +54,30 @@ def test_holders_are_ranked_by_how_much_they_hold_and_claims_lapse(
 
 
 def test_rescue_moves_a_gone_workers_queue_to_the_shared_one_in_order(
-    redis_client: redis.Redis, store_region: Callable[[str], Region]
+    redis_client: redis.Redis, broker_client: redis.Redis, store_region: Callable[[str], Region]
 ) -> None:
-    direct = DirectQueues(redis_client, store_region("east"))
-    direct.register("gone"), direct.register("alive")
-    gone, alive = direct.queue("gone"), direct.queue("alive")
+    region = store_region("east")
+    direct = DirectQueues(redis_client, region)
+    gone, alive = direct.register("gone"), direct.register("alive")
     for message in ("m1", "m2"):  # kombu pushes left and pops right
-        redis_client.lpush(gone, message)
-    redis_client.lpush(alive, "m3")
-    redis_client.lpush(direct.shared, "m0")
-    assert direct.rescue(consuming=lambda worker: worker == "alive") == ["m1", "m2"]
-    assert [m.decode() for m in redis_client.lrange(direct.shared, 0, -1)] == ["m2", "m1", "m0"]
-    assert redis_client.llen(gone) == 0 and redis_client.llen(alive) == 1
+        broker_client.lpush(gone, message)
+    broker_client.lpush(alive, "m3")
+    broker_client.lpush(region.queue, "m0")
+    link = None if region.store_is_broker else BrokerLink(region)  # a broker apart
+
+    def rescue() -> int:
+        alive_only: Callable[[str], bool] = lambda worker: worker == "alive"  # noqa: E731
+        if link is None:
+            return len(direct.rescue(consuming=alive_only))
+        return direct.rescue_on(link, consuming=alive_only)
+
+    assert rescue() == 2
+    assert [m.decode() for m in broker_client.lrange(region.queue, 0, -1)] == ["m2", "m1", "m0"]
+    assert broker_client.llen(gone) == 0 and broker_client.llen(alive) == 1
     assert {m.decode() for m in redis_client.smembers(direct.key)} == {"alive"}
-    assert direct.rescue(consuming=lambda worker: worker == "alive") == []
+    assert rescue() == 0
+    if link is not None:
+        link.close()
 
 
 def test_prefetch_notices_parse_or_say_what_is_wrong() -> None:

@@ -16,7 +16,7 @@ from animfleet.region.backlog import Backlog
 from animfleet.region.handoff import Handoff
 from animfleet.region.handoff_take import HandoffSettings
 from animfleet.region.jobstore import JobStore
-from animfleet.region.keys import queue_in_store
+from animfleet.region.keys import KEY_PREFIX
 from animfleet.region.workers import WorkerRegistry
 from animfleet.topology import Region
 from dispatcher.admission import RegionQueue
@@ -31,8 +31,10 @@ def region(store_region: Callable[[str], Region]) -> Region:
 
 @pytest.fixture
 def queue(region: Region) -> str:
-    """The store's list for the region's GPU queue (the queue itself on one Redis)."""
-    return queue_in_store(region.queue, region.store_is_broker)
+    """The list the take script pushes onto: the GPU queue with the broker in the store; on a
+    cluster (whose broker is always apart, so production goes through the outbox, see
+    test_broker_outbox.py) a list of the store's stands in for it, to run the script there."""
+    return region.queue if region.store_is_broker else KEY_PREFIX + "queue:" + region.queue
 
 
 def image(index: int) -> bytes:

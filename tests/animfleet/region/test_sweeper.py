@@ -17,7 +17,7 @@ from animfleet.region.affinity import DirectQueues
 from animfleet.region.archive import RecordArchive
 from animfleet.region.backlog import Backlog
 from animfleet.region.jobstore import JobNotFound, JobStore
-from animfleet.region.keys import JOB_KEY, WEBHOOK_JOB_KEY, queue_in_store
+from animfleet.region.keys import JOB_KEY, WEBHOOK_JOB_KEY
 from animfleet.region.outbox import load_delivery
 from animfleet.region.sweeper import Sweeper, SweepSettings
 from animfleet.region.workers import WorkerRegistry
@@ -64,7 +64,7 @@ def running_job(store: JobStore, job_id: str, worker: str, **fields: Any) -> Job
 
 
 def test_a_running_job_whose_worker_is_gone_is_requeued_with_its_message(
-    store: JobStore, redis_client: redis.Redis, region: Region
+    store: JobStore, redis_client: redis.Redis, region: Region, broker_client: redis.Redis
 ) -> None:
     running_job(store, "sw.lost", "gone-worker")
     running_job(store, "sw.fine", "live-worker")
@@ -76,14 +76,14 @@ def test_a_running_job_whose_worker_is_gone_is_requeued_with_its_message(
     lost = store.get("sw.lost")
     assert lost.status is JobState.QUEUED and lost.worker is None and lost.attempts == 1
     assert store.queue_position(lost) == 0
-    (message,) = redis_client.lrange(queue_in_store(region.queue, region.store_is_broker), 0, -1)
+    (message,) = broker_client.lrange(region.queue, 0, -1)
     assert b"sw.lost" in message
     assert store.get("sw.fine").status is JobState.RUNNING  # its worker is alive: untouched
     assert not Sweeper(region, store, settings()).sweep().requeued  # nothing twice
 
 
 def test_past_its_deadline_or_its_deliveries_it_ends_instead(
-    store: JobStore, region: Region
+    store: JobStore, region: Region, broker_client: redis.Redis
 ) -> None:
     running_job(store, "sw.late", "gone", deadline=time.time() - 1)
     running_job(store, "sw.poison", "gone")
@@ -95,22 +95,22 @@ def test_past_its_deadline_or_its_deliveries_it_ends_instead(
     late, poison = store.get("sw.late"), store.get("sw.poison")
     assert late.error is not None and late.error.code == "deadline_exceeded"
     assert poison.error is not None and poison.error.code == "worker_lost"
-    assert store.redis.llen(queue_in_store(region.queue, region.store_is_broker)) == 0
+    assert broker_client.llen(region.queue) == 0
 
 
 def test_jobs_placed_on_a_worker_that_left_move_to_the_shared_queue(
-    store: JobStore, redis_client: redis.Redis, region: Region
+    store: JobStore, redis_client: redis.Redis, region: Region, broker_client: redis.Redis
 ) -> None:
     direct = DirectQueues(redis_client, region)
     for worker in ("left", "here"):
         direct.register(worker)
-        redis_client.lpush(direct.queue(worker), f"message for {worker}")
+        broker_client.lpush(direct.queue(worker), f"message for {worker}")
     WorkerRegistry(redis_client, "sw").beat("here", {}, ttl_s=30, busy=True)
 
     assert Sweeper(region, store, settings()).sweep().rescued == 1
 
-    assert redis_client.lrange(direct.shared, 0, -1) == [b"message for left"]
-    assert redis_client.llen(direct.queue("here")) == 1  # its worker is live: untouched
+    assert broker_client.lrange(region.queue, 0, -1) == [b"message for left"]
+    assert broker_client.llen(direct.queue("here")) == 1  # its worker is live: untouched
 
 
 def test_one_copy_sweeps_at_a_time(store: JobStore, region: Region) -> None:
@@ -152,7 +152,8 @@ def test_backlog_jobs_of_a_region_without_workers_end_no_capacity_too(
             b"x",
             mode="backlog",
             message="m",
-            queue=queue_in_store(region.queue, region.store_is_broker),
+            queue=region.queue,
+            outbox=not region.store_is_broker,
             allowance=0.0,
         )
         assert (
