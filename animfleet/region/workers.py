@@ -24,10 +24,12 @@ from typing import Any
 
 import redis
 
-from animfleet.region.keys import BUSY_SET, DRAINING_KEY, WORKER_KEY, WORKER_SET
+from animfleet.region.keys import BUSY_SET, DIRECT_CLAIMS, DRAINING_KEY, WORKER_KEY, WORKER_SET
 
-# KEYS: details, live set, busy set, draining mark. ARGV: details json, ttl ms, now, lapses,
-# busy (1/0). A draining worker keeps its details fresh but stays out of both sets.
+# KEYS: details, live set, busy set, draining mark, direct claims. ARGV: details json, ttl ms,
+# now, lapses, busy (1/0). A draining worker keeps its details fresh but stays out of both sets.
+# A busy beat also ends the worker's direct claim (a job handed to it through the broker outbox,
+# counted as queued for it until it starts): from now on the busy set says it has a job.
 _BEAT = """
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 if redis.call('EXISTS', KEYS[4]) == 1 then
@@ -38,6 +40,7 @@ end
 redis.call('ZADD', KEYS[2], ARGV[4], ARGV[6])
 if ARGV[5] == '1' then
   redis.call('ZADD', KEYS[3], ARGV[4], ARGV[6])
+  redis.call('HDEL', KEYS[5], ARGV[6])
 else
   redis.call('ZREM', KEYS[3], ARGV[6])
 end
@@ -73,7 +76,13 @@ class WorkerRegistry:
         """Publish ``worker`` as alive (and busy or idle) until ``ttl_s`` from now; returns
         False (and publishes only its details) while it is draining."""
         now = time.time()
-        keys = [self.detail_key(worker), self.live_key, self.busy_key, self.draining_key(worker)]
+        keys = [
+            self.detail_key(worker),
+            self.live_key,
+            self.busy_key,
+            self.draining_key(worker),
+            DIRECT_CLAIMS + self.region,
+        ]
         args: list[str | int | float] = [
             json.dumps(details),
             int(ttl_s * 1000),
