@@ -128,13 +128,21 @@ test-faults-rabbitmq: venv
 test-e2e-rabbitmq: venv
 	ANIMFLEET_LOCAL_BROKER=rabbitmq $(PY) -m pytest tests/e2e
 
-# CI's second pass: the fault suite with the store on a Redis Cluster, then with the broker on
-# RabbitMQ, each with parallel test workers (the faults mostly wait; each test's fleet has its
-# own servers, in the worker's own port range).
+# CI's second pass: the fault suite with the store on a Redis Cluster and, side by side, with
+# the broker on RabbitMQ, each with parallel test workers (the faults mostly wait; each test's
+# fleet has its own servers, in its worker's own port range). Each run's log is printed after.
 FAULT_WORKERS ?= 3
+VARIANT_LOGS := $(or $(TMPDIR),/tmp)/animfleet-faults
 test-faults-variants: venv
-	ANIMFLEET_LOCAL_STORE=cluster $(PY) -m pytest -n $(FAULT_WORKERS) tests/faults
-	ANIMFLEET_LOCAL_BROKER=rabbitmq $(PY) -m pytest -n $(FAULT_WORKERS) tests/faults
+	@rm -rf $(VARIANT_LOGS) && mkdir -p $(VARIANT_LOGS)
+	@{ ANIMFLEET_LOCAL_STORE=cluster $(PY) -m pytest -n $(FAULT_WORKERS) tests/faults \
+		> $(VARIANT_LOGS)/cluster.log 2>&1; echo $$? > $(VARIANT_LOGS)/cluster.rc; } & \
+	{ ANIMFLEET_LOCAL_BROKER=rabbitmq ANIMFLEET_TEST_PORT_SLOT=4 \
+		$(PY) -m pytest -n $(FAULT_WORKERS) tests/faults \
+		> $(VARIANT_LOGS)/rabbitmq.log 2>&1; echo $$? > $(VARIANT_LOGS)/rabbitmq.rc; }; wait
+	@for variant in cluster rabbitmq; do \
+		echo "== tests/faults with the $$variant variant"; cat $(VARIANT_LOGS)/$$variant.log; done
+	@test "$$(cat $(VARIANT_LOGS)/cluster.rc)" = 0 && test "$$(cat $(VARIANT_LOGS)/rabbitmq.rc)" = 0
 
 bench-overhead: venv
 	$(PY) benchmarks/overhead.py

@@ -26,8 +26,9 @@ os.environ.setdefault("ANIMFLEET_WORKER_BOOT_TUNE_S", "0")
 
 # Parallel test workers (pytest -n) start their fleets' servers in disjoint port ranges: a test
 # that restarts a server on its port must not find it taken by another worker's fleet.
+# ANIMFLEET_TEST_PORT_SLOT shifts them for a second pytest run side by side with a first.
 if (worker := os.environ.get("PYTEST_XDIST_WORKER", "")).startswith("gw"):
-    _slot = int(worker[2:]) % 8
+    _slot = (int(worker[2:]) + int(os.environ.get("ANIMFLEET_TEST_PORT_SLOT", "0"))) % 8
     os.environ["ANIMFLEET_LOCAL_PORTS"] = f"{15000 + 1250 * _slot}-{16249 + 1250 * _slot}"
 
 
