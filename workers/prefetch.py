@@ -63,7 +63,11 @@ class PrefetchListener:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop listening and wait for the thread (at most one ``get_message`` timeout), so
+        nothing reads the client's connection once its owner closes it."""
         self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5.0)
 
     def handle(self, data: bytes | str) -> bool:
         """Act on one notice; True when it asked this worker to load."""
