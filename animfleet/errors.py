@@ -27,3 +27,9 @@ class PermanentError(AnimfleetError):
     """Retrying the same call cannot succeed: bad input, a missing job, a refused transition."""
 
     retryable = False
+
+
+class NotFound(PermanentError):
+    """A definite answer that nothing exists at a name (an object store's 404). Only this may be
+    taken as "there is none": a failed read (a throttle, a timeout) raises something else and
+    says nothing about what exists."""

@@ -6,6 +6,7 @@ from storage.base import (
     PostSigner,
     PresignedPost,
     StorageError,
+    StorageNotFound,
     StorageRejected,
     StorageUnavailable,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "PostSigner",
     "PresignedPost",
     "StorageError",
+    "StorageNotFound",
     "StorageRejected",
     "StorageUnavailable",
     "content_hash",

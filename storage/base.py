@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from animfleet.errors import AnimfleetError, PermanentError, TransientError
+from animfleet.errors import AnimfleetError, NotFound, PermanentError, TransientError
 
 
 class StorageError(AnimfleetError, RuntimeError):
@@ -14,6 +14,12 @@ class StorageError(AnimfleetError, RuntimeError):
 
 class StorageRejected(StorageError, PermanentError):
     """A storage operation failed for a reason retrying will not fix (bad key, denied)."""
+
+
+class StorageNotFound(StorageRejected, NotFound):
+    """A definite answer: no object at that key (S3's 404 ``NoSuchKey``, no such file).
+    Only this answer may be taken as "there is none"; a throttle (503), a timeout or a refused
+    connection is :class:`StorageUnavailable`, which says nothing about the object."""
 
 
 class StorageUnavailable(StorageError, TransientError):

@@ -6,7 +6,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from storage.base import ObjectInfo, StorageRejected
+from storage.base import ObjectInfo, StorageNotFound, StorageRejected
 
 _CONTENT_TYPE_SUFFIX = ".content-type"
 
@@ -42,7 +42,7 @@ class LocalStore:
         try:
             return self._path(key).read_bytes()
         except FileNotFoundError:
-            raise StorageRejected(f"no object at key {key!r}") from None
+            raise StorageNotFound(f"no object at key {key!r}") from None
 
     def head(self, key: str) -> ObjectInfo | None:
         path = self._path(key)

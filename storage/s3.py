@@ -14,6 +14,7 @@ from storage.base import (
     ObjectInfo,
     PresignedPost,
     StorageError,
+    StorageNotFound,
     StorageRejected,
     StorageUnavailable,
 )
@@ -22,10 +23,15 @@ from storage.base import (
 _TRANSFER = TransferConfig(multipart_threshold=16 * 2**20, multipart_chunksize=8 * 2**20)
 
 
+NOT_FOUND_CODES = {"404", "NoSuchKey", "NotFound"}
+
+
 def _translate(error: Exception, what: str) -> StorageError:
     if isinstance(error, ClientError):
         status = int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
         code = error.response.get("Error", {}).get("Code", "")
+        if code in NOT_FOUND_CODES:
+            return StorageNotFound(f"{what}: {code}")
         if status >= 500 or code in {"SlowDown", "ServiceUnavailable", "InternalError"}:
             return StorageUnavailable(f"{what}: {code or status}")
         return StorageRejected(f"{what}: {code or status}")
@@ -98,7 +104,7 @@ class S3Store:
         try:
             meta = self.client.head_object(Bucket=self.bucket, Key=key)
         except ClientError as error:
-            if error.response.get("Error", {}).get("Code") in {"404", "NoSuchKey", "NotFound"}:
+            if error.response.get("Error", {}).get("Code") in NOT_FOUND_CODES:
                 return None
             raise _translate(error, f"head {key}") from error
         except (BotoCoreError, EndpointConnectionError) as error:

@@ -4,13 +4,16 @@ A finished record is only read, rarely, and Redis (``noeviction``) holds every b
 after ``archive_after_s`` the sweeper writes it to ``<prefix>records/<job id>.json`` in the
 region's bucket and deletes it from Redis; ``GET`` falls back to the archive when Redis has no
 record. Outputs and archived records share the bucket and its retention.
+
+Reading one tells "there is none" (the store's definite not-found) from "it cannot be read now"
+(a throttle, a timeout): the second raises, because callers delete things when there is none.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from animfleet.errors import AnimfleetError
+from animfleet.errors import NotFound
 from animfleet.jobs import JobRecord
 
 CONTENT_TYPE = "application/json"
@@ -41,9 +44,13 @@ class RecordArchive:
         self.objects.put(self.key(record.id), record.model_dump_json().encode(), CONTENT_TYPE)
 
     def get(self, job_id: str) -> JobRecord | None:
-        """The archived record, or ``None`` if there is none (or it cannot be read now)."""
+        """The archived record, or ``None`` on the store's definite answer that there is none.
+
+        Any other failure to read it (a throttle, a timeout, storage away) propagates as the
+        store raised it (``storage.StorageUnavailable``): it says nothing about the record.
+        """
         try:
             raw = self.objects.get(self.key(job_id))
-        except (AnimfleetError, OSError, KeyError):  # none, or storage away: "not found"
+        except NotFound:
             return None
         return JobRecord.model_validate_json(raw)

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 import structlog
 
+from animfleet.errors import AnimfleetError
 from animfleet.jobs import JobRecord
 from animfleet.region.archive import Objects, RecordArchive
 from animfleet.region.erasure import erase_here
@@ -59,7 +60,11 @@ class Retention:
             key = self._key(tenant)
             for raw in self.store.redis.zrangebyscore(key, "-inf", now - retention, 0, BATCH):
                 job_id = raw.decode() if isinstance(raw, bytes) else str(raw)
-                record = self._record(job_id)
+                try:
+                    record = self._record(job_id)
+                except AnimfleetError as error:  # its archive unreadable now: a later pass
+                    log.warning("job.retention_unreadable", erased_job=job_id, error=str(error))
+                    continue
                 if record is not None and record.tenant == tenant:
                     self.usage.note_deleted(record, by_retention=True)
                     erase_here(self.store, self.region, self.objects, self.prefix, record, now)

@@ -49,6 +49,7 @@ from animfleet.region.keys import (
     WORKER_SET,
 )
 from animfleet.region.messages import AnimateMessages
+from animfleet.region.orphan_outputs import OrphanOutputs
 from animfleet.region.retention import Retention
 from animfleet.region.runs import RunLeases
 from animfleet.region.store_client import server_info
@@ -74,6 +75,8 @@ class SweepSettings(EnvSettings):
     archive_after_s: float = Field(default=86400.0, ge=0)
     # How often outputs that no record points to are looked for and deleted.
     reconcile_every_s: float = Field(default=300.0, gt=0)
+    # An output no record points to is deleted once seen so this long (two looks apart).
+    orphan_output_age_s: float = Field(default=600.0, ge=0)
     retention_every_s: float = Field(default=60.0, ge=0)  # tenants' retention applied
     poll_s: float = Field(default=1.0, gt=0)  # between passes
 
@@ -89,6 +92,7 @@ class SweepResult:
     archived: list[str] = field(default_factory=list)
     retention_deleted: list[str] = field(default_factory=list)
     orphans_deleted: list[str] = field(default_factory=list)  # object keys
+    orphans_unreadable: list[str] = field(default_factory=list)  # their record read failed
     rescued: int = 0  # messages moved from a gone worker's direct queue to the shared one
 
 
@@ -106,12 +110,14 @@ class Sweeper:
         self.objects = objects
         prefix = region.storage.prefix
         self.archive = RecordArchive(objects, prefix) if objects is not None else None
+        self.orphans = None
+        if objects is not None and self.archive is not None:
+            self.orphans = OrphanOutputs(store, objects, self.archive, prefix)
         self.usage = self.retention = None
         if objects is not None:
             self.usage = UsageBook(store, region.name, objects, prefix)
             self.retention = Retention(store, region.name, objects, prefix, self.usage)
         self._retained_at = 0.0
-        self.outputs_prefix = prefix + "outputs/"
         self._reconciled_at = 0.0
         self.redis: redis.Redis = store.redis
         self.messages = AnimateMessages(region)
@@ -270,28 +276,17 @@ class Sweeper:
             if self.store.archive(job_id, self.region.name, self.archive):
                 result.archived.append(job_id)
 
-    def reconcile_outputs(self, result: SweepResult | None = None) -> list[str]:
-        """Delete outputs no record points to: their record was lost (a Redis failover, a
-        restart without persistence) or their job was canceled while it uploaded."""
-        assert self.objects is not None and self.archive is not None
-        deleted: list[str] = []
-        for key in self.objects.list_keys(self.outputs_prefix):
-            # outputs/<job id>.mp4, or outputs/<job id>/<run token>.mp4 (one run's output)
-            job_id = key.removeprefix(self.outputs_prefix).partition("/")[0].removesuffix(".mp4")
-            try:
-                record: JobRecord | None = self.store.get(job_id)
-            except JobNotFound:
-                record = self.archive.get(job_id)
-            if record is not None and not record.status.terminal:
-                continue  # still running: its upload may be under way
-            if record is not None and record.output is not None and record.output.key == key:
-                continue
-            self.objects.delete(key)
-            deleted.append(key)
-            log.warning("output.orphan_deleted", key=key, job_id=job_id)
+    def reconcile_outputs(
+        self, result: SweepResult | None = None, now: float | None = None
+    ) -> list[str]:
+        """Delete outputs no record points to (see :mod:`.orphan_outputs`); the keys deleted."""
+        assert self.orphans is not None
+        now = time.time() if now is None else now
+        done = self.orphans.look(now, self.settings.orphan_output_age_s)
         if result is not None:
-            result.orphans_deleted.extend(deleted)
-        return deleted
+            result.orphans_deleted.extend(done.deleted)
+            result.orphans_unreadable.extend(done.unreadable)
+        return done.deleted
 
 
 def _text(raw: object) -> str:

@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 from kombu.exceptions import OperationalError
 from starlette.exceptions import HTTPException
 
+from animfleet.errors import TransientError
 from animfleet.region.jobstore import IdempotencyConflict, JobNotFound
 from animfleet_api.errors import ApiProblem
 from animfleet_api.fields import shown
@@ -85,6 +86,8 @@ def as_api_error(error: Exception) -> ApiError:
             "the region's broker is unreachable; retry shortly",
             retry_after_s=BROKER_RETRY_AFTER_S,
         )
+    if isinstance(error, TransientError):  # e.g. the archive's storage throttled a read
+        return ApiError(503, "unavailable", str(error), retry_after_s=BROKER_RETRY_AFTER_S)
     log.error("gateway.internal_error", error=f"{type(error).__name__}: {error}", exc_info=error)
     return ApiError(500, "internal_error", "internal error; it was logged")
 
@@ -133,6 +136,7 @@ EXPECTED: tuple[type[Exception], ...] = (
     InFlightLimit,
     redis.RedisError,
     OperationalError,  # kombu: the broker connection for publishing
+    TransientError,  # e.g. storage unavailable: 503, retry later
 )
 
 

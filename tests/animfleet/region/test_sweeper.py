@@ -19,10 +19,11 @@ from animfleet.region.backlog import Backlog
 from animfleet.region.jobstore import JobNotFound, JobStore
 from animfleet.region.keys import JOB_KEY, WEBHOOK_JOB_KEY
 from animfleet.region.outbox import load_delivery
-from animfleet.region.sweeper import Sweeper, SweepSettings
+from animfleet.region.sweeper import Sweeper, SweepResult, SweepSettings
 from animfleet.region.workers import WorkerRegistry
 from animfleet.settings import load
 from animfleet.topology import Region
+from storage.base import StorageUnavailable
 from storage.local import LocalStore
 
 PARAMS = JobParams(prompt="pan left", frames=4, fps=8, width=32, height=32, seed=1)
@@ -215,7 +216,44 @@ def test_outputs_no_record_points_to_are_deleted(
     store.update("sw.canceled", lambda r: r.end(JobState.CANCELED, "canceled", "by request"))
     lost = output("sw.lost-record")
 
-    deleted = Sweeper(region, store, settings(), objects=objects).reconcile_outputs()
+    sweeper = Sweeper(region, store, settings(orphan_output_age_s=60), objects=objects)
+    now = time.time()
+    assert sweeper.reconcile_outputs(now=now) == []  # first seen orphaned: not yet
+    assert sweeper.reconcile_outputs(now=now + 59) == []
+    deleted = sweeper.reconcile_outputs(now=now + 60)
 
     assert sorted(deleted) == sorted([canceled, lost])
     assert sorted(objects.list_keys("outputs/")) == sorted([kept, uploading])
+
+
+class ThrottledArchive(LocalStore):
+    """A local store whose reads of archived records fail as a 503 throttle does."""
+
+    def get(self, key: str) -> bytes:
+        if "/records/" in f"/{key}":
+            raise StorageUnavailable(f"get {key}: SlowDown")
+        return super().get(key)
+
+
+def test_an_unreadable_archive_deletes_no_output(
+    store: JobStore, region: Region, tmp_path: Path
+) -> None:
+    objects = ThrottledArchive(tmp_path / "throttled")
+    key = "outputs/sw.archived.mp4"
+    objects.put(key, b"mp4", "video/mp4")
+    record = JobRecord(id="sw.archived", region="sw", home_region="sw", params=PARAMS)
+    record.transition(JobState.RUNNING)
+    record.transition(JobState.SUCCEEDED)
+    record.output = JobOutput(
+        key=key, bytes=3, content_type="video/mp4", frames=4, fps=8, width=32, height=32
+    )
+    RecordArchive(objects).put(record)  # in the archive only: Redis has no record of it
+    sweeper = Sweeper(region, store, settings(orphan_output_age_s=0), objects=objects)
+
+    result = SweepResult()
+    assert sweeper.reconcile_outputs(result) == []
+    assert result.orphans_unreadable == [key]
+    assert objects.list_keys("outputs/") == [key]
+    with pytest.raises(StorageUnavailable):
+        RecordArchive(objects).get("sw.archived")
+    assert RecordArchive(LocalStore(tmp_path / "empty")).get("sw.none") is None
