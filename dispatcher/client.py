@@ -19,6 +19,7 @@ from animfleet.jobs import (
 )
 from animfleet.netguard import BlockedURL, NetGuard
 from animfleet.region.admission import AdmissionOutcome
+from animfleet.region.erasure import Erasure
 from animfleet.region.jobstore import JobStore
 from animfleet.region.listing import Listing
 from animfleet.region.tenants import Tenants
@@ -34,6 +35,7 @@ from dispatcher.admission import (
     RoutingCache,
     admission_settings_from_env,
 )
+from dispatcher.admission.enqueue import OutcomeUnknown
 from dispatcher.brush_input import check_region_masks, take_region_masks
 from dispatcher.errors import DispatcherError
 from dispatcher.inputs import (
@@ -51,7 +53,15 @@ log = structlog.stdlib.get_logger("animfleet.dispatcher")
 
 
 class EnqueueFailed(DispatcherError, TransientError, RuntimeError):
-    """The job could not be put on a queue; its record says ``failed`` (code ``enqueue_failed``)."""
+    """The job could not be put on a queue; its record says ``failed`` (code ``enqueue_failed``).
+
+    ``maybe_admitted``: the region's store could not say whether the admission ran (the call
+    and the read of its outcome both failed): the job may exist, so its keys stay bound.
+    """
+
+    def __init__(self, message: str, maybe_admitted: bool = False) -> None:
+        super().__init__(message)
+        self.maybe_admitted = maybe_admitted
 
 
 @dataclass(frozen=True)
@@ -132,6 +142,7 @@ class Client(JobLookup):
         job_id: str | None = None,
         backlog_cap: int | None = None,
         mask: bytes | None = None,
+        uploads: Sequence[str] = (),
         **options: Any,
     ) -> JobHandle:
         """Validate, record and enqueue one job; returns at once with its handle.
@@ -155,6 +166,8 @@ class Client(JobLookup):
         ``backlog_cap``: the tenant's own cap on its jobs waiting in a backlog, when tighter
         than the region's. ``mask``: a PNG of the image's size or aspect ratio, white where the
         image animates (elsewhere every frame is the image); stored with the image.
+        ``uploads``: the upload keys the request named, recorded with the new job at its home
+        in the call that creates it (so deleting the job deletes them).
         ``regions``: up to 8 motion-brush regions (:mod:`animfleet.brush`), each a mapping with
         its ``mask`` (PNG bytes, like ``mask``), ``kind``, ``stroke``, ``speed``, ``amplitude``;
         ``loop``: a seamless loop. The masks are stored with the image, hashed on the record.
@@ -223,6 +236,7 @@ class Client(JobLookup):
                 backlog,
                 backlog_cap,
                 choice,
+                uploads,
             )
 
         def try_admit(target: str) -> bool:
@@ -282,6 +296,7 @@ class Client(JobLookup):
         backlog: bool = False,
         cap: int | None = None,
         choice: Choice = WORKER_MODEL,
+        uploads: Sequence[str] = (),
     ) -> JobHandle | None:
         """Bind the idempotency keys, then try to take the job into ``target`` atomically
         (with ``backlog``, into its backlog when no GPU is free).
@@ -289,15 +304,16 @@ class Client(JobLookup):
         Returns ``None`` (keys released) when ``target`` is full; raises :class:`_Repeat`
         when a key names a job created before, :class:`BacklogFull` when a cap is reached.
         A new job is listed under its tenant in its home region (by the admission script
-        itself at home).
+        itself at home), with the ``uploads`` its request named.
         """
         new_id = job_id or new_job_id(target)
         keys = [f"id:{job_id}"] if job_id else []
         keys += [f"key:{idempotency_key}"] if idempotency_key else []
         home_store = self._link(home).store
-        # At home the keys are bound and the job listed by the admission script itself: one
-        # round trip. A job spilled abroad binds them in its home region first, and is listed
-        # there once admitted (those keys live there).
+        # At home the keys are bound, the job listed and its uploads recorded by the admission
+        # script itself: one round trip. A job spilled abroad binds them in its home region
+        # first (uploads too, so no crash can leave them unnamed), and is listed there once
+        # admitted (those keys live there).
         bind_in_script = target == home
         claimed: list[str] = []
         if not bind_in_script:
@@ -308,6 +324,7 @@ class Client(JobLookup):
                         home_store.release_idempotency_key(done)
                     raise _Repeat(JobHandle(earlier[0], earlier[1], self, created=False))
                 claimed.append(key)
+            Erasure(home_store.redis).note_uploads(new_id, uploads)
         try:
             record = records.new_record(
                 new_id,
@@ -329,10 +346,12 @@ class Client(JobLookup):
                     backlog=backlog,
                     tenant_cap=cap,
                     index=bind_in_script,
+                    uploads=uploads if bind_in_script else (),
                 )
             except redis.RedisError as error:
                 raise EnqueueFailed(
-                    f"region {target}: could not enqueue job {new_id}: {error}"
+                    f"region {target}: could not enqueue job {new_id}: {error}",
+                    maybe_admitted=isinstance(error, OutcomeUnknown),
                 ) from error
             if answer.outcome is AdmissionOutcome.REPEAT and answer.earlier is not None:
                 key = keys[answer.matched - 1]
@@ -342,9 +361,12 @@ class Client(JobLookup):
                 raise EnqueueFailed(f"region {target}: job id {new_id} exists already")
             if answer.outcome is AdmissionOutcome.CAPPED:
                 raise self._backlog_full(target, answer.cap, answer.live_workers)
-        except BaseException:
-            for key in claimed:  # nothing was queued: the caller may retry with the same key
-                home_store.release_idempotency_key(key)
+        except BaseException as error:
+            # Nothing was queued: the caller may retry with the same key. Unless the outcome
+            # is unknown: a key released for a job that was admitted lets a retry make another.
+            if not (isinstance(error, EnqueueFailed) and error.maybe_admitted):
+                for key in claimed:
+                    home_store.release_idempotency_key(key)
             raise
         if answer.outcome not in (AdmissionOutcome.ADMITTED, AdmissionOutcome.BACKLOGGED):
             for key in claimed:

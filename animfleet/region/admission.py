@@ -6,13 +6,24 @@ its Celery message are stored and the job joins its tenant's queue in the backlo
 (:mod:`animfleet.region.backlog`), all in the same call, so two dispatchers can never overfill a
 region between them and a record never exists without its message (or the reverse). The same
 call binds the job's idempotency keys, lists the job under its tenant (at home) and picks the
-idle worker already holding the job's image template or add-ons (:mod:`.affinity`). Tests and
-tools seed records through it too (:meth:`AdmissionScript.seed`: no capacity check, no message).
+idle worker already holding the job's image template or add-ons (:mod:`.affinity`), and
+records, at the job's home, the uploads its request named (deleted with the job,
+:mod:`.erasure`). Tests and tools seed records through it too (:meth:`AdmissionScript.seed`:
+no capacity check, no message).
+
+Each call carries a nonce of its own. A call that wrote a job leaves its answer under the job id
+with that nonce (:data:`ADMIT_REPLY`, :data:`REPLY_TTL_S`), and a call that finds its own nonce
+there answers that instead of running again: when the reply is lost after Redis ran the script
+(a dropped connection), the client's retry of the same call gets the outcome that happened (the
+same job, the same queue or backlog placement), never a second job or "exists already";
+:meth:`AdmissionScript.recall` reads it without calling again.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,11 +37,13 @@ from animfleet.region.affinity import MAX_CANDIDATES
 from animfleet.region.backlog import Backlog, order_score
 from animfleet.region.broker_outbox import LUA_SEND, BrokerOutbox, claims_key, outbox_key
 from animfleet.region.keys import (
+    ADMIT_REPLY,
     BUSY_SET,
     HOLDING_SET,
     INPUT_KEY,
     INPUT_TTL_S,
     JOB_KEY,
+    JOB_UPLOADS,
     QUEUED_SET,
     RECORD_TTL_S,
     START_BY_SET,
@@ -38,7 +51,6 @@ from animfleet.region.keys import (
     TENANT_JOBS,
     WORKER_SET,
 )
-from animfleet.region.script_call import HotScript
 
 
 class AdmissionOutcome(IntEnum):
@@ -66,17 +78,21 @@ end
 """
 
 Mode = Literal["direct", "backlog", "seed"]
+# How long a call's answer is kept for a retry of the same call: longer than any client retries.
+REPLY_TTL_S = 3600
+NONCE_BYTES = 8
 
 # KEYS: workers, busy, queued, start-by, record, input, GPU queue (the broker outbox when the
 #       broker is apart), holding set of the home region, backlog-all, the tenant's backlog,
 #       messages, ring, active, the tenant's listing, the tenant's in-flight set, the direct
-#       claims, then n held-by sets (one per thing the job would find warm), then the
-#       idempotency keys
+#       claims, the call's reply, the job's uploads, then n held-by sets (one per thing the
+#       job would find warm), then the idempotency keys
 # ARGV: now, allowance ('' = none), record json, inputs, record ttl, input ttl, job id,
 #       created at, start-by (or ''), message, idempotency entry, mode, tenant, order score,
 #       tenant cap (''), region cap (''), n, direct queue prefix, index ('1': list the job
 #       under its tenant), listing horizon, outbox entry time ('' = push onto the queue), the
-#       GPU queue's name, then one ttl per idempotency key
+#       GPU queue's name, the call's nonce, the uploads (JSON list, '' = none), reply ttl,
+#       record ttl (of the uploads set), then one ttl per idempotency key
 # A direct admission goes to the worker holding most of the job's things (ties by name) that
 # is live, idle and has nothing in its direct queue (the 4th answer names it, '' for the shared
 # queue KEYS[7]). The direct queues' names are built here (``<prefix><worker>``): which worker
@@ -89,8 +105,19 @@ _ADMIT = (
     LUA_ADMISSION_LIMIT
     + LUA_SEND
     + """
+local prior = redis.call('GET', KEYS[17])
+if prior then
+  local sep = string.find(prior, ' ', 1, true)
+  if sep and string.sub(prior, 1, sep - 1) == ARGV[23] then
+    return cjson.decode(string.sub(prior, sep + 1))  -- this very call ran before: its answer
+  end
+end
+local function done(answer)
+  redis.call('SET', KEYS[17], ARGV[23] .. ' ' .. cjson.encode(answer), 'EX', ARGV[25])
+  return answer
+end
 local n = tonumber(ARGV[17])
-local idem = 17 + n
+local idem = 19 + n
 local apart = ARGV[21] ~= ''
 for i = idem, #KEYS do
   local earlier = redis.call('GET', KEYS[i])
@@ -115,7 +142,11 @@ if not redis.call('SET', KEYS[5], ARGV[3], 'EX', ARGV[5], 'NX') then return {-1,
 redis.call('SET', KEYS[6], ARGV[4], 'EX', ARGV[6])
 if ARGV[9] ~= '' then redis.call('ZADD', KEYS[4], ARGV[9], ARGV[7]) end
 redis.call('ZADD', KEYS[8], ARGV[8], ARGV[7])
-for i = idem, #KEYS do redis.call('SET', KEYS[i], ARGV[11], 'EX', ARGV[23 + i - idem]) end
+for i = idem, #KEYS do redis.call('SET', KEYS[i], ARGV[11], 'EX', ARGV[27 + i - idem]) end
+if ARGV[24] ~= '' then
+  for _, upload in ipairs(cjson.decode(ARGV[24])) do redis.call('SADD', KEYS[18], upload) end
+  redis.call('EXPIRE', KEYS[18], ARGV[26])
+end
 if ARGV[19] == '1' then
   redis.call('ZADD', KEYS[14], 'NX', ARGV[8], ARGV[7])
   redis.call('ZREMRANGEBYSCORE', KEYS[14], '-inf', '(' .. ARGV[20])
@@ -123,12 +154,12 @@ if ARGV[19] == '1' then
 end
 if mode == 'seed' then
   redis.call('ZADD', KEYS[3], ARGV[8], ARGV[7])
-  return {1, 0, 0, ''}
+  return done({1, 0, 0, ''})
 end
 if direct then
   redis.call('ZADD', KEYS[3], ARGV[8], ARGV[7])
   local counts, holders = {}, {}
-  for k = 17, 16 + n do
+  for k = 19, 18 + n do
     for _, worker in ipairs(redis.call('ZRANGEBYSCORE', KEYS[k], now, '+inf')) do
       if not counts[worker] then
         counts[worker] = 0
@@ -157,13 +188,13 @@ if direct then
   end
   local target = chosen ~= '' and ARGV[18] .. chosen or (apart and ARGV[22] or KEYS[7])
   if apart and chosen ~= '' then claim(KEYS[16], chosen, now) end
-  return {1, live, held + 1, chosen, send(KEYS[7], ARGV[21], target, ARGV[10])}
+  return done({1, live, held + 1, chosen, send(KEYS[7], ARGV[21], target, ARGV[10])})
 end
 redis.call('ZADD', KEYS[9], ARGV[8], ARGV[7])
 redis.call('ZADD', KEYS[10], ARGV[14], ARGV[7])
 redis.call('HSET', KEYS[11], ARGV[7], ARGV[10])
 if redis.call('SADD', KEYS[13], ARGV[13]) == 1 then redis.call('RPUSH', KEYS[12], ARGV[13]) end
-return {3, live, held}
+return done({3, live, held})
 """.replace("MAX_CANDIDATES", str(MAX_CANDIDATES))
 )
 
@@ -198,7 +229,7 @@ class AdmissionScript:
     def __init__(self, client: redis.Redis, region: str) -> None:
         self.redis, self.region = client, region
         self.backlog = Backlog(client, region)
-        self._script = HotScript(client, _ADMIT)  # every submit calls it: the lean call
+        self._script = client.register_script(_ADMIT)
 
     def admit(
         self,
@@ -216,6 +247,8 @@ class AdmissionScript:
         direct_prefix: str = "",
         index: bool = False,
         outbox: bool = False,
+        uploads: Sequence[str] = (),
+        nonce: str = "",
     ) -> Admission:
         """Take ``record`` (of this region) and its stored ``inputs`` in, as ``mode`` says:
         ``direct`` onto ``queue`` (or a holder's direct queue) if it can start now, else FULL;
@@ -228,6 +261,9 @@ class AdmissionScript:
         ``direct_prefix`` + its name. ``index``: list the job under its tenant (its home).
         ``outbox``: the broker is apart from the store; the message goes to the region's
         broker outbox, to publish from :attr:`Admission.outbox_entry`.
+        ``uploads``: the upload keys the request named, recorded with the job (at its home).
+        ``nonce``: this call's own (a fresh one when empty); a repeat of the call with the same
+        nonce answers what the first did (see the module docstring).
         """
         limits = [t for t in (record.start_deadline, record.deadline) if t is not None]
         backlog, tenant = self.backlog, record.tenant
@@ -250,6 +286,8 @@ class AdmissionScript:
             TENANT_JOBS + tenant,
             TENANT_IN_FLIGHT + tenant,
             claims_key(self.region),
+            ADMIT_REPLY + record.id,
+            JOB_UPLOADS + record.id,
             *held_by,
             *(key for key, _ in idempotency),
         ]
@@ -276,25 +314,51 @@ class AdmissionScript:
             repr(now - RECORD_TTL_S),
             repr(BrokerOutbox.due_at(now)) if outbox else "",
             queue,
+            nonce or secrets.token_hex(NONCE_BYTES),
+            json.dumps(sorted(uploads)) if uploads else "",
+            REPLY_TTL_S,
+            RECORD_TTL_S,
             *(ttl for _, ttl in idempotency),
         ]
-        answer = self._script(keys=keys, args=args)
-        outcome = AdmissionOutcome(int(answer[0]))
-        if outcome is AdmissionOutcome.REPEAT:
-            return Admission(outcome, 0, 0, earlier=answer[3], matched=int(answer[4]))
-        cap = answer[3].decode() if outcome is AdmissionOutcome.CAPPED else ""
-        admitted = outcome is AdmissionOutcome.ADMITTED and len(answer) > 4
-        worker = (answer[3].decode() or None) if admitted else None
-        item = answer[4].decode() if admitted else ""
-        return Admission(
-            outcome, int(answer[1]), int(answer[2]), cap=cap, worker=worker, outbox_entry=item
-        )
+        # redis-py's call: EVALSHA, loading the script on NOSCRIPT, with the client's retries
+        # (store_client); a retry after a lost reply is answered by the nonce.
+        return _admission(self._script(keys=keys, args=args))
+
+    def recall(self, job_id: str, nonce: str) -> Admission | None:
+        """What the call with ``nonce`` answered when it wrote ``job_id``; ``None`` when no
+        such call wrote it (it did not run, or wrote nothing). For a caller whose reply was
+        lost and whose client's retries failed too: a read, not a second admission."""
+        prior = self.redis.get(ADMIT_REPLY + job_id)
+        if prior is None:
+            return None
+        mine, _, answer = prior.partition(b" ")
+        if mine.decode() != nonce:
+            return None
+        return _admission([_wire(item) for item in json.loads(answer)])
 
     def seed(self, record: JobRecord, inputs: bytes, index: bool = False) -> None:
         """Store a new queued record and its input with no message (the job reaches a worker
         by other means: tests, tools); raises FileExistsError if the id exists already."""
         if self.admit(record, inputs, mode="seed", index=index).outcome is AdmissionOutcome.EXISTS:
             raise FileExistsError(f"job {record.id} exists already")
+
+
+def _wire(item: object) -> object:
+    """A decoded JSON answer item as the script's reply carries it (strings as bytes)."""
+    return item.encode() if isinstance(item, str) else item
+
+
+def _admission(answer: Sequence[Any]) -> Admission:
+    outcome = AdmissionOutcome(int(answer[0]))
+    if outcome is AdmissionOutcome.REPEAT:
+        return Admission(outcome, 0, 0, earlier=answer[3], matched=int(answer[4]))
+    cap = answer[3].decode() if outcome is AdmissionOutcome.CAPPED else ""
+    admitted = outcome is AdmissionOutcome.ADMITTED and len(answer) > 4
+    worker = (answer[3].decode() or None) if admitted else None
+    item = answer[4].decode() if admitted else ""
+    return Admission(
+        outcome, int(answer[1]), int(answer[2]), cap=cap, worker=worker, outbox_entry=item
+    )
 
 
 def seed(client: redis.Redis, record: JobRecord, inputs: bytes, index: bool = False) -> None:

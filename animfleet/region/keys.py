@@ -40,6 +40,8 @@ NO_WORKERS_KEY = KEY_PREFIX + "no-workers-since:"  # + region -> when a sweeper 
 START_BY_SET = KEY_PREFIX + "start-by:"  # + region -> zset of queued job ids by start deadline
 RUN_TIMES = KEY_PREFIX + "run-times:"  # + region -> list of recent run seconds, newest first
 IDEMPOTENCY_KEY = KEY_PREFIX + "idem:"  # + scope + ":" + key -> JSON {job_id, fingerprint}
+# + job id -> "<nonce> <JSON answer>" of the admission call that wrote it (:mod:`.admission`)
+ADMIT_REPLY = KEY_PREFIX + "admitted:"
 
 WEBHOOK_DUE_SET = KEY_PREFIX + "webhook-due:"  # + region -> zset delivery id -> due time
 WEBHOOK_DELIVERY_KEY = KEY_PREFIX + "webhook:"  # + delivery id -> JSON delivery (event + state)
@@ -82,7 +84,8 @@ JOB_LOG_KEY = KEY_PREFIX + "job-log:"  # + job id -> list of "<seq> <JSON line>"
 JOB_LOG_SEQ = KEY_PREFIX + "job-log-seq:"  # + job id -> the last line's sequence number
 
 # Deleted jobs (:mod:`.erasure`): when each was deleted (what an idempotent retry of its submit
-# finds); the uploads each job's request named (deleted with it).
+# finds); the uploads each job's request named (deleted with it; the admission script records
+# them at the job's home, in the call that creates the job).
 DELETED_KEY = KEY_PREFIX + "deleted:"  # + job id -> JSON {tenant, at}, expiring
 JOB_UPLOADS = KEY_PREFIX + "job-uploads:"  # + job id -> set of upload keys its request named
 

@@ -17,16 +17,33 @@ broker outbox instead and this handle publishes it at once (:mod:`animfleet.regi
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 
+import redis
+import structlog
+
 from animfleet.jobs import JobRecord
-from animfleet.region.admission import Admission, AdmissionOutcome, AdmissionScript, BacklogCaps
+from animfleet.region.admission import (
+    NONCE_BYTES,
+    Admission,
+    AdmissionOutcome,
+    AdmissionScript,
+    BacklogCaps,
+)
 from animfleet.region.affinity import Holdings, announce_prefetch, direct_queue, things_of
 from animfleet.region.broker import has_direct_queues
 from animfleet.region.broker_outbox import BrokerOutbox
 from animfleet.region.jobstore import JobStore
 from animfleet.region.messages import AnimateMessages
 from animfleet.topology import Region
+
+log = structlog.stdlib.get_logger("animfleet.dispatcher")
+
+
+class OutcomeUnknown(redis.ConnectionError):
+    """An admission whose reply was lost, and whose outcome could not be read either: the job
+    may exist. Whoever bound keys for it keeps them bound."""
 
 
 class RegionQueue:
@@ -59,6 +76,7 @@ class RegionQueue:
         backlog: bool = False,
         tenant_cap: int | None = None,
         index: bool = False,
+        uploads: Sequence[str] = (),
     ) -> Admission:
         """Try to take ``record`` and its stored ``inputs`` onto this region's GPU queue now;
         with ``backlog``, keep it in the region's backlog when no GPU can take it (unless a cap
@@ -67,27 +85,50 @@ class RegionQueue:
         ``idempotency`` lists (Redis key, ttl) pairs to bind to ``idempotency_entry`` on
         admission; if one is bound already nothing is written and the outcome is REPEAT.
         ``tenant_cap``: the job's tenant's own backlog cap, when tighter than the region's.
-        ``index``: list the job under its tenant here (this region is the job's home).
+        ``index``: list the job under its tenant here (this region is the job's home), with the
+        ``uploads`` its request named.
+
+        The call carries a nonce of its own. When it fails (its reply lost after the store ran
+        it, and the store client's retries failed too), the store is asked what this very call
+        did: the job it admitted is answered, not a second one, nor an error for a job that
+        exists; no second admission is sent. The call's error is raised when it wrote nothing,
+        :class:`OutcomeUnknown` when that cannot be learned either.
         """
+        nonce = secrets.token_hex(NONCE_BYTES)
         held_by: list[str] = []
         if self.holdings is not None:
             things = things_of(record.params.image_sha256, record.params.addons)
             held_by = [self.holdings.key(thing) for thing in things]
-        answer = self.script.admit(
-            record,
-            inputs,
-            mode="backlog" if backlog else "direct",
-            message=self.messages.for_job(record.id),
-            queue=self.region.queue,
-            allowance=self.allowance,
-            caps=self._caps(tenant_cap),
-            idempotency=idempotency,
-            idempotency_entry=idempotency_entry,
-            held_by=held_by,
-            direct_prefix=self.direct_prefix,
-            index=index,
-            outbox=self.outbox is not None,
-        )
+        try:
+            answer = self.script.admit(
+                record,
+                inputs,
+                mode="backlog" if backlog else "direct",
+                message=self.messages.for_job(record.id),
+                queue=self.region.queue,
+                allowance=self.allowance,
+                caps=self._caps(tenant_cap),
+                idempotency=idempotency,
+                idempotency_entry=idempotency_entry,
+                held_by=held_by,
+                direct_prefix=self.direct_prefix,
+                index=index,
+                outbox=self.outbox is not None,
+                uploads=uploads,
+                nonce=nonce,
+            )
+        except redis.RedisError as failed:
+            try:
+                recalled = self.script.recall(record.id, nonce)
+            except redis.RedisError as error:
+                raise OutcomeUnknown(f"{failed}; asking what it did: {error}") from failed
+            if recalled is None:
+                raise
+            log.warning("job.admission_reply_lost", job_id=record.id, error=str(failed))
+            answer = recalled
+        return self._placed(record, answer)
+
+    def _placed(self, record: JobRecord, answer: Admission) -> Admission:
         if self.outbox is not None and answer.outbox_entry:
             self.outbox.deliver([answer.outbox_entry])
         if answer.outcome is AdmissionOutcome.ADMITTED and record.params.addons:

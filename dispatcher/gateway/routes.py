@@ -11,7 +11,6 @@ from fastapi import APIRouter, Header, Request, Response
 from animfleet.errors import AnimfleetError
 from animfleet.jobs import JobRecord, public_job_id
 from animfleet.jobview import JobView, job_view
-from animfleet.region.erasure import Erasure
 from animfleet.region.jobstore import IdempotencyConflict, JobNotFound
 from animfleet.region.status import RegionStatus
 from animfleet_api.bounds import MAX_IDEMPOTENCY_KEY_CHARS, MAX_PREFER_WAIT_S
@@ -177,6 +176,7 @@ def _submit(
             home_region=runtime.home,
             idempotency_key=scoping.scoped_key(caller, idempotency_key),
             job_id=job_id,
+            uploads=sorted(upload_keys_in(body.model_dump())),  # recorded with the new job
             **options,
         )
     except IdempotencyConflict as conflict:  # name the earlier job as its tenant knows it
@@ -187,10 +187,6 @@ def _submit(
     except JobNotFound:  # an idempotent repeat of a deleted job's submit
         scoping.if_deleted(request, caller, handle.id, public_job_id(handle.id, caller.tenant))
         raise
-    if handle.created:
-        Erasure(client.store(runtime.settings.region).redis).note_uploads(
-            record.id, upload_keys_in(body.model_dump())
-        )
     scoping.admitted(caller, record)
     if not handle.created:
         response.headers["Idempotent-Replayed"] = "true"
@@ -251,6 +247,7 @@ def create_jobs(body: BatchRequest, request: Request, caller: CallerDep) -> Batc
         results.append(None)
         fields = {
             "idempotency_key": scoping.scoped_key(caller, item.idempotency_key),
+            "uploads": sorted(upload_keys_in(item.model_dump())),
             **options,
             **limits,
         }
@@ -263,10 +260,6 @@ def create_jobs(body: BatchRequest, request: Request, caller: CallerDep) -> Batc
             answers.append(outcome)
         elif isinstance(outcome, JobHandle):
             record = outcome.record or client.get(outcome.id)
-            if outcome.created:
-                Erasure(client.store(runtime.settings.region).redis).note_uploads(
-                    record.id, upload_keys_in(body.jobs[len(answers)].model_dump())
-                )
             view = _view(runtime, record)
             answers.append(BatchResult(status=202 if outcome.created else 200, job=view))
         else:
