@@ -313,6 +313,8 @@ class JobRunner:
         metrics: dict[str, float] | None = None,
     ) -> None:
         def change(record: JobRecord) -> None:
+            if record.status is state and (record.error, record.output) == (error, output):
+                return  # this very finish committed and its reply was lost: the retry keeps it
             record.transition(state)
             record.error, record.output = error, output
             for name, value in (metrics or {}).items():

@@ -14,6 +14,12 @@ same transaction as the write. A delivery of a job whose run holds a live lease 
 with :class:`LeaseHeld` (the worker defers it); one whose lease lapsed takes the job over at
 once with a new token, and the old run's writes are refused from then on.
 
+Both are safe to send twice. A start or a write whose reply was lost after Redis committed it
+is run again by the store client's retry (:mod:`.jobstore`); the start finds its own token on
+the record and answers that run (no second attempt counted, no deferral behind its own lease),
+and a write's ``change`` sees the record as its first try left it (a finish that finds its own
+finish committed keeps it: see :meth:`RunLeases.write`).
+
 A running record with no token was started by a worker that predates leases: its run counts as
 live while its worker's heartbeat details exist, as before.
 """
@@ -117,6 +123,8 @@ class RunLeases:
         token, lease = secrets.token_hex(TOKEN_BYTES), self.key(job_id)
 
         def change(record: JobRecord) -> None:
+            if record.run == token and record.status is JobState.RUNNING:
+                return  # this very start committed and its reply was lost: it is the run
             if record.status.terminal:
                 raise IllegalTransition(f"job {job_id} is {record.status.value}")
             # The lease is WATCHed: a renewal meanwhile runs this again. A tokenless run on
