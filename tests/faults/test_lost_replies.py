@@ -1,0 +1,237 @@
+"""Partial failures of the store: the server did the work and only the reply was lost.
+
+A TCP proxy between the dispatcher or the worker and the region's store drops the reply to one
+chosen write after Redis ran it (the admission script, a run's start, its finish), and closes the
+connection: the store client's retry must be answered with the outcome that happened. A proxy
+in front of the region's S3 server throttles (503) reads of archived records while the sweeper
+reconciles outputs: a read that failed must never delete a video.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from animfleet.jobs import JobState
+from animfleet.region.admission import _ADMIT
+from animfleet.region.keys import JOB_KEY, KEY_PREFIX
+from animfleet.region.store_client import store_client
+from animfleet.topology import Topology
+from dispatcher import Client
+from launcher.local_fleet import LocalFleet
+from storage import open_store
+from tests.faults.conftest import ADMIT_MANY, report_case, settle, standin, wait_until
+from tests.fixtures.reply_drop import ReplyDropProxy
+from tests.fixtures.throttle_s3 import ThrottlingS3Proxy
+
+pytestmark = pytest.mark.faults
+
+ADMISSION_SHA = hashlib.sha1(_ADMIT.encode()).hexdigest().encode()
+FAST_SWEEPS = {"ANIMFLEET_SWEEPER_POLL_S": "0.2", "ANIMFLEET_SWEEPER_LEASE_S": "1"}
+
+
+@dataclass
+class Proxied:
+    """A fleet whose worker (and :attr:`client`) reach the region's Redis through the proxy."""
+
+    fleet: LocalFleet
+    proxy: ReplyDropProxy
+    client: Client
+
+
+def _store_port(fleet: LocalFleet) -> int:
+    """The port of the Redis serving the store's keys; on a cluster, its master announces the
+    proxy's port from then on (``cluster-announce-port``), so every client reaches it there."""
+    return fleet.redis_port if fleet.store != "cluster" else _slot_master(fleet)
+
+
+def _slot_master(fleet: LocalFleet) -> int:
+    cluster = store_client(fleet.store_url("fa"))
+    node = cluster.get_node_from_key(KEY_PREFIX)  # type: ignore[attr-defined]
+    cluster.close()
+    return int(node.port)
+
+
+def _announce(fleet: LocalFleet, master: int, proxy: int) -> None:
+    import redis
+
+    with redis.Redis(port=master) as node:
+        node.config_set("cluster-announce-port", proxy)
+
+    def announced() -> bool:
+        with redis.Redis(port=master) as node:
+            slots = node.execute_command("CLUSTER", "SLOTS")
+        return any(int(entry[2][1]) == proxy for entry in slots)
+
+    wait_until(announced, "the master announcing the proxy", 10)
+
+
+@pytest.fixture
+def proxied(make_fleet: Callable[..., LocalFleet]) -> Iterator[Proxied]:
+    fleet = make_fleet(
+        workers_per_region=0,
+        model_dir=standin(2.0, 0.05),  # the first jobs hold the GPU while the rest submit
+        sweeper=True,
+        scheduler=True,
+        service_env=FAST_SWEEPS,
+    )
+    server = _store_port(fleet)
+    proxy = ReplyDropProxy(server).start()
+    text = fleet.fleet_file.read_text()
+    if fleet.store == "cluster":
+        _announce(fleet, server, proxy.port)
+    else:
+        text = text.replace(f"127.0.0.1:{server}/", f"127.0.0.1:{proxy.port}/")
+    proxied_file = fleet.root / "fleet-proxied.toml"
+    proxied_file.write_text(text)
+    fleet.worker_env["ANIMFLEET_FLEET_FILE"] = str(proxied_file)
+    fleet.start_worker("fa")
+    wait_until(lambda: bool(fleet.heartbeats("fa")), "the worker beating", 90)
+    client = Client(Topology.load(proxied_file), admission=ADMIT_MANY)
+    yield Proxied(fleet, proxy, client)
+    client.close()
+    proxy.stop()
+
+
+def job_count(fleet: LocalFleet) -> int:
+    client = store_client(fleet.store_url("fa"))
+    return sum(1 for _ in client.scan_iter(f"{JOB_KEY}*"))
+
+
+def log_events(fleet: LocalFleet, process: str, job_id: str) -> list[dict[str, object]]:
+    """The JSON lines of ``process``'s log about ``job_id``."""
+    found = []
+    for line in (fleet.root / "logs" / f"{process}.log").read_text().splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if entry.get("job_id") == job_id:
+            found.append(entry)
+    return found
+
+
+def test_a_lost_admission_reply_makes_exactly_one_job(
+    proxied: Proxied, make_image: Callable[..., bytes]
+) -> None:
+    fleet, proxy, client = proxied.fleet, proxied.proxy, proxied.client
+    first = client.submit(make_image(seed=0), "warm the script").id  # loaded: EVALSHA runs
+    # One GPU, room for two: the unkeyed job goes onto the GPU queue (a blind re-run would find
+    # its slot taken and backlog a second job), the keyed one into the backlog.
+    cases = [({}, b"\r\ndirect\r\n"), ({"idempotency_key": "lost-reply"}, b"\r\nbacklog\r\n")]
+    jobs = [first]
+    started = time.monotonic()
+    for index, (fields, mode) in enumerate(cases, start=1):
+        trigger = proxy.drop_reply(ADMISSION_SHA, mode)
+        handle = client.submit(make_image(seed=index), "pan left", **fields)
+        assert trigger.fired == 1, "the proxy never dropped the admission's reply"
+        assert handle.created
+        jobs.append(handle.id)
+        assert job_count(fleet) == len(jobs), "a lost reply made a second job"
+    recovered_s = time.monotonic() - started
+    again = client.submit(make_image(seed=2), "pan left", idempotency_key="lost-reply")
+    assert (again.id, again.created) == (jobs[2], False)
+
+    records = settle(fleet, jobs, timeout=90)
+    assert all(r.status is JobState.SUCCEEDED and r.attempts == 1 for r in records.values())
+    assert job_count(fleet) == len(jobs)
+    report_case("admission reply lost (GPU queue, backlog)", fleet, records, recovered_s)
+
+
+def test_a_lost_run_start_reply_burns_no_attempt(
+    proxied: Proxied, make_image: Callable[..., bytes]
+) -> None:
+    fleet, proxy, client = proxied.fleet, proxied.proxy, proxied.client
+    trigger = proxy.drop_reply(b"MULTI", b"run-lease:", b"EXEC")  # the first run's start
+    started = time.monotonic()
+    jobs = [client.submit(make_image(seed=i), "sway").id for i in range(2)]
+    wait_until(lambda: trigger.fired == 1, "the start's reply dropped", 60)
+
+    records = settle(fleet, jobs, timeout=90)
+    recovered_s = time.monotonic() - started
+    for record in records.values():
+        assert record.status is JobState.SUCCEEDED, record
+        assert record.attempts == 1, f"{record.id} started {record.attempts} times"
+    report_case("run start reply lost", fleet, records, recovered_s)
+
+
+def test_a_lost_finish_reply_counts_the_outcome_once(
+    proxied: Proxied, make_image: Callable[..., bytes]
+) -> None:
+    fleet, proxy, client = proxied.fleet, proxied.proxy, proxied.client
+    trigger = proxy.drop_reply(b"MULTI", b"input:", b"EXEC")  # the first run's finish
+    started = time.monotonic()
+    job = client.submit(make_image(seed=7), "zoom in").id
+    wait_until(lambda: trigger.fired == 1, "the finish's reply dropped", 60)
+
+    records = settle(fleet, [job], timeout=60)
+    recovered_s = time.monotonic() - started
+    assert records[job].status is JobState.SUCCEEDED and records[job].attempts == 1
+    events = log_events(fleet, "worker-fa-0", job)
+    finished = [e for e in events if e.get("event") == "job.transition" and e.get("status")]
+    assert [e["status"] for e in finished] == ["running", "succeeded"], finished
+    assert not [e for e in events if e.get("event") == "job.finish_refused"]
+    report_case("run finish reply lost", fleet, records, recovered_s)
+
+
+def test_throttled_archive_reads_delete_no_output(
+    make_fleet: Callable[..., LocalFleet],
+    make_client: Callable[[LocalFleet], Client],
+    make_image: Callable[..., bytes],
+) -> None:
+    fleet = make_fleet(
+        storage="s3", workers_per_region=1, model_dir=standin(0.2, 0.05), sweeper=False
+    )
+    client = make_client(fleet)
+    jobs = [client.submit(make_image(seed=i), "pan left").id for i in range(3)]
+    records = settle(fleet, jobs, timeout=90)
+    proxy = ThrottlingS3Proxy(fleet.s3_port, "/records/").start()
+    proxy.throttling.set()
+    proxied_file = fleet.root / "fleet-throttled.toml"
+    proxied_file.write_text(fleet.fleet_file.read_text().replace(fleet.s3_endpoint, proxy.endpoint))
+    fleet.service_env.update(
+        {
+            **FAST_SWEEPS,
+            "ANIMFLEET_FLEET_FILE": str(proxied_file),
+            "ANIMFLEET_SWEEPER_ARCHIVE_AFTER_S": "0",  # every finished record moves at once
+            "ANIMFLEET_SWEEPER_RECONCILE_EVERY_S": "0.2",
+            "ANIMFLEET_SWEEPER_ORPHAN_OUTPUT_AGE_S": "0",  # an orphan would go on first sight
+        }
+    )
+    started = time.monotonic()
+    fleet.start_sweeper()
+    store = store_client(fleet.store_url("fa"))
+    wait_until(lambda: not any(store.exists(JOB_KEY + j) for j in jobs), "records archived", 60)
+    wait_until(lambda: proxy.throttled >= 3 * len(jobs), "reconcile passes throttled", 60)
+    proxy.throttling.clear()
+    unreadable = [
+        e for e in _sweeper_lines(fleet) if e.get("event") == "output.reconcile_unreadable"
+    ]
+    assert unreadable, "the sweeper never met a throttled read"
+    wait_until(lambda: proxy.passed >= 2 * len(jobs), "passes that read every record", 30)
+
+    region = fleet.topology.region("fa").storage
+    outputs = open_store(region).list_keys(region.prefix + "outputs/")
+    for job_id in jobs:
+        archived = client.get(job_id)  # through the archive: the record Redis no longer has
+        assert archived.status is JobState.SUCCEEDED and archived.output is not None
+        assert archived.output.key in outputs, f"{job_id}'s video was deleted"
+    assert not [e for e in _sweeper_lines(fleet) if e.get("event") == "output.orphan_deleted"]
+    recovered_s = time.monotonic() - started
+    proxy.stop()
+    report_case("archive reads throttled (503) during reconcile", fleet, records, recovered_s)
+
+
+def _sweeper_lines(fleet: LocalFleet) -> list[dict[str, object]]:
+    lines = []
+    for line in (fleet.root / "logs" / "sweeper.log").read_text().splitlines():
+        try:
+            lines.append(json.loads(line))
+        except ValueError:
+            continue
+    return lines
