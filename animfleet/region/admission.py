@@ -78,8 +78,9 @@ end
 """
 
 Mode = Literal["direct", "backlog", "seed"]
-# How long a call's answer is kept for a retry of the same call: longer than any client retries.
-REPLY_TTL_S = 3600
+# How long a call's answer is kept for a repeat of the same call: well past the store client's
+# retries (seconds) and the caller's read of it after they failed.
+REPLY_TTL_S = 300
 NONCE_BYTES = 8
 
 # KEYS: workers, busy, queued, start-by, record, input, GPU queue (the broker outbox when the
@@ -331,8 +332,10 @@ class AdmissionScript:
         prior = self.redis.get(ADMIT_REPLY + job_id)
         if prior is None:
             return None
-        mine, _, answer = prior.partition(b" ")
-        if mine.decode() != nonce:
+        mine, _, answer = (prior.decode() if isinstance(prior, bytes) else str(prior)).partition(
+            " "
+        )
+        if mine != nonce:
             return None
         return _admission([_wire(item) for item in json.loads(answer)])
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from animfleet.jobs import JobState
+from animfleet.jobs import JobRecord, JobState
 from animfleet.region.admission import _ADMIT
 from animfleet.region.keys import JOB_KEY, KEY_PREFIX
 from animfleet.region.store_client import store_client
@@ -25,8 +25,16 @@ from animfleet.topology import Topology
 from dispatcher import Client
 from launcher.local_fleet import LocalFleet
 from storage import open_store
-from tests.faults.conftest import ADMIT_MANY, report_case, settle, standin, wait_until
+from tests.faults.conftest import (
+    ADMIT_MANY,
+    FAULT_WORKER_ENV,
+    report_case,
+    settle,
+    standin,
+    wait_until,
+)
 from tests.fixtures.reply_drop import ReplyDropProxy
+from tests.fixtures.standin import ANIMATOR as STANDIN
 from tests.fixtures.throttle_s3 import ThrottlingS3Proxy
 
 pytestmark = pytest.mark.faults
@@ -57,7 +65,7 @@ def _slot_master(fleet: LocalFleet) -> int:
     return int(node.port)
 
 
-def _announce(fleet: LocalFleet, master: int, proxy: int) -> None:
+def _announce(master: int, proxy: int) -> None:
     import redis
 
     with redis.Redis(port=master) as node:
@@ -71,31 +79,37 @@ def _announce(fleet: LocalFleet, master: int, proxy: int) -> None:
     wait_until(announced, "the master announcing the proxy", 10)
 
 
-@pytest.fixture
-def proxied(make_fleet: Callable[..., LocalFleet]) -> Iterator[Proxied]:
-    fleet = make_fleet(
+@pytest.fixture(scope="module")
+def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxied]:
+    """One fleet for the lost-reply cases (each settles its jobs before the next arms)."""
+    fleet = LocalFleet(
+        tmp_path_factory.mktemp("lost-replies") / "fleet",
+        regions=("fa",),
         workers_per_region=0,
         model_dir=standin(2.0, 0.05),  # the first jobs hold the GPU while the rest submit
+        animator=STANDIN,
+        worker_env=dict(FAULT_WORKER_ENV),
         sweeper=True,
         scheduler=True,
         service_env=FAST_SWEEPS,
     )
-    server = _store_port(fleet)
-    proxy = ReplyDropProxy(server).start()
-    text = fleet.fleet_file.read_text()
-    if fleet.store == "cluster":
-        _announce(fleet, server, proxy.port)
-    else:
-        text = text.replace(f"127.0.0.1:{server}/", f"127.0.0.1:{proxy.port}/")
-    proxied_file = fleet.root / "fleet-proxied.toml"
-    proxied_file.write_text(text)
-    fleet.worker_env["ANIMFLEET_FLEET_FILE"] = str(proxied_file)
-    fleet.start_worker("fa")
-    wait_until(lambda: bool(fleet.heartbeats("fa")), "the worker beating", 90)
-    client = Client(Topology.load(proxied_file), admission=ADMIT_MANY)
-    yield Proxied(fleet, proxy, client)
-    client.close()
-    proxy.stop()
+    with fleet:
+        server = _store_port(fleet)
+        proxy = ReplyDropProxy(server).start()
+        text = fleet.fleet_file.read_text()
+        if fleet.store == "cluster":
+            _announce(server, proxy.port)
+        else:
+            text = text.replace(f"127.0.0.1:{server}/", f"127.0.0.1:{proxy.port}/")
+        proxied_file = fleet.root / "fleet-proxied.toml"
+        proxied_file.write_text(text)
+        fleet.worker_env["ANIMFLEET_FLEET_FILE"] = str(proxied_file)
+        fleet.start_worker("fa")
+        fleet.wait_for_workers({"fa": 1})
+        client = Client(Topology.load(proxied_file), admission=ADMIT_MANY)
+        yield Proxied(fleet, proxy, client)
+        client.close()
+        proxy.stop()
 
 
 def job_count(fleet: LocalFleet) -> int:
@@ -143,40 +157,45 @@ def test_a_lost_admission_reply_makes_exactly_one_job(
     report_case("admission reply lost (GPU queue, backlog)", fleet, records, recovered_s)
 
 
-def test_a_lost_run_start_reply_burns_no_attempt(
-    proxied: Proxied, make_image: Callable[..., bytes]
-) -> None:
-    fleet, proxy, client = proxied.fleet, proxied.proxy, proxied.client
-    trigger = proxy.drop_reply(b"MULTI", b"run-lease:", b"EXEC")  # the first run's start
+def dropped_reply_run(
+    proxied: Proxied, make_image: Callable[..., bytes], jobs: int, *markers: bytes
+) -> tuple[dict[str, JobRecord], float]:
+    """Submit ``jobs`` jobs with the reply of the first worker write carrying ``markers``
+    dropped; their settled records and the seconds from the first submit."""
+    trigger = proxied.proxy.drop_reply(*markers)
     started = time.monotonic()
-    jobs = [client.submit(make_image(seed=i), "sway").id for i in range(2)]
-    wait_until(lambda: trigger.fired == 1, "the start's reply dropped", 60)
-
-    records = settle(fleet, jobs, timeout=90)
-    recovered_s = time.monotonic() - started
+    ids = [proxied.client.submit(make_image(seed=i), "sway").id for i in range(jobs)]
+    wait_until(lambda: trigger.fired == 1, "the worker's reply dropped", 60)
+    records = settle(proxied.fleet, ids, timeout=90)
     for record in records.values():
         assert record.status is JobState.SUCCEEDED, record
         assert record.attempts == 1, f"{record.id} started {record.attempts} times"
-    report_case("run start reply lost", fleet, records, recovered_s)
+    return records, time.monotonic() - started
+
+
+def test_a_lost_run_start_reply_burns_no_attempt(
+    proxied: Proxied, make_image: Callable[..., bytes]
+) -> None:
+    # The first transaction that takes a run lease is the first job's start.
+    records, recovered_s = dropped_reply_run(
+        proxied, make_image, 2, b"MULTI", b"run-lease:", b"EXEC"
+    )
+    report_case("run start reply lost", proxied.fleet, records, recovered_s)
 
 
 def test_a_lost_finish_reply_counts_the_outcome_once(
     proxied: Proxied, make_image: Callable[..., bytes]
 ) -> None:
-    fleet, proxy, client = proxied.fleet, proxied.proxy, proxied.client
-    trigger = proxy.drop_reply(b"MULTI", b"input:", b"EXEC")  # the first run's finish
-    started = time.monotonic()
-    job = client.submit(make_image(seed=7), "zoom in").id
-    wait_until(lambda: trigger.fired == 1, "the finish's reply dropped", 60)
-
-    records = settle(fleet, [job], timeout=60)
-    recovered_s = time.monotonic() - started
-    assert records[job].status is JobState.SUCCEEDED and records[job].attempts == 1
-    events = log_events(fleet, "worker-fa-0", job)
+    # The first transaction that drops a job's input is its finish.
+    records, recovered_s = dropped_reply_run(proxied, make_image, 1, b"MULTI", b"input:", b"EXEC")
+    (job,) = records
+    events = log_events(proxied.fleet, "worker-fa-0", job)
+    # The worker counts a finished job's outcome (its version's canary judgement) where it
+    # logs the transition: once, and never a refused finish of its own committed one.
     finished = [e for e in events if e.get("event") == "job.transition" and e.get("status")]
     assert [e["status"] for e in finished] == ["running", "succeeded"], finished
     assert not [e for e in events if e.get("event") == "job.finish_refused"]
-    report_case("run finish reply lost", fleet, records, recovered_s)
+    report_case("run finish reply lost", proxied.fleet, records, recovered_s)
 
 
 def test_throttled_archive_reads_delete_no_output(
