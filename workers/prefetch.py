@@ -82,6 +82,14 @@ class PrefetchListener:
         self.loaded += 1
         return True
 
+    def _handle_logged(self, data: bytes | str) -> None:
+        """:meth:`handle`, whatever it raises: one notice that fails to load (a bad add-on, a
+        storage error) must not end the listening for every later one."""
+        try:
+            self.handle(data)
+        except Exception:
+            log.exception("prefetch.failed", worker=self.worker)
+
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
@@ -92,7 +100,7 @@ class PrefetchListener:
                     while not self._stop.is_set():
                         message = pubsub.get_message(timeout=1.0)
                         if message is not None:
-                            self.handle(message["data"])
+                            self._handle_logged(message["data"])
             except redis.RedisError as error:  # the broker is away: notices are best effort
                 self.subscribed.clear()
                 log.warning("prefetch.unsubscribed", error=str(error))

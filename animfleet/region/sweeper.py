@@ -1,14 +1,17 @@
 """Finds a region's jobs that nothing will finish, and finishes or requeues them.
 
 Runs in its own process (``animfleet sweeper``, :mod:`workers.sweeping`), every ``poll_s``;
-several copies are safe: each pass holds a short lease on the region, and every change is a
-transaction on the record that re-checks what the pass saw.
+several copies are safe: each pass holds the region's short lease (:mod:`.sweep_lease`, renewed
+between the parts of a pass; a copy that lost it stops), and every change is a transaction on
+the record that re-checks what the pass saw.
 
 - A ``running`` job whose run is gone (its run lease lapsed, :mod:`.runs`: host lost, process
   or pool child killed, even while a new pool child heartbeats under the same worker name)
   goes back on the queue at once, the same job id, with its message pushed in the same
   transaction; past its ``deadline`` it ends ``canceled``/``deadline_exceeded`` instead, and
-  after ``max_deliveries`` starts it fails ``worker_lost``. Recovery takes the heartbeat TTL
+  after ``max_deliveries`` starts it fails ``worker_lost``. A run whose lease is live but that
+  is three heartbeat TTLs past its ``deadline`` or ``hard_time_limit_s`` is hung (a live run
+  checks both at every step) and is handled the same way. Recovery takes the heartbeat TTL
   plus one pass, not the broker's visibility timeout. A job placed on a worker's direct queue
   (:mod:`.affinity`) that the worker never took moves to the shared queue once the worker
   stops being live. At most one output holds: the requeue drops the lost run's token, so its
@@ -45,7 +48,6 @@ from animfleet.region.jobstore import JobNotFound, JobStore
 from animfleet.region.keys import (
     NO_WORKERS_KEY,
     QUEUED_SET,
-    SWEEP_LEASE_KEY,
     WORKER_SET,
 )
 from animfleet.region.messages import AnimateMessages
@@ -53,6 +55,7 @@ from animfleet.region.orphan_outputs import OrphanOutputs
 from animfleet.region.retention import Retention
 from animfleet.region.runs import RunLeases
 from animfleet.region.store_client import server_info
+from animfleet.region.sweep_lease import SweepLease, SweepLost
 from animfleet.region.usage import UsageBook
 from animfleet.region.workers import WorkerRegistry
 from animfleet.settings import EnvSettings, load
@@ -68,6 +71,9 @@ class SweepSettings(EnvSettings):
 
     heartbeat_ttl_s: float = Field(default=5.0, gt=0)  # what workers publish
     max_deliveries: int = Field(default=3, ge=1, le=20)  # as the workers' own setting
+    # As the workers' own: a run still live this long (plus three heartbeat TTLs) after it
+    # started is hung, whatever pool it runs in, and is ended or requeued like a lost one.
+    hard_time_limit_s: float = Field(default=600.0, gt=0)
     max_queued_s: float = Field(default=3600.0, gt=0)  # the default start deadline
     orphan_after_s: float = Field(default=900.0, gt=0)  # queued with no live worker this long
     lease_s: float = Field(default=5.0, gt=0)
@@ -128,24 +134,30 @@ class Sweeper:
         self.outbox = None if region.store_is_broker else BrokerOutbox(store, region)
         self.backlog = Backlog(store.redis, region.name)
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{id(self)}"  # names the process
+        self.lease = SweepLease(store.redis, region.name, self.holder, settings.lease_s)
 
     def sweep(self, now: float | None = None) -> SweepResult:
         """One pass; does nothing while another copy holds the region's lease."""
         now = time.time() if now is None else now
         result = SweepResult()
-        lease = SWEEP_LEASE_KEY + self.region.name
-        ms = int(self.settings.lease_s * 1000)
-        if not self.redis.set(lease, self.holder, nx=True, px=ms):
-            if self.redis.get(lease) != self.holder.encode():
-                return result
-            self.redis.pexpire(lease, ms)
+        if not self.lease.hold():
+            return result
+        try:
+            self._pass(now, result)
+        except SweepLost as lost:  # the other copy sweeps from here
+            log.warning("sweeper.lease_lost", region=self.region.name, error=str(lost))
+        return result
+
+    def _pass(self, now: float, result: SweepResult) -> None:
         if self._redis_up_s() >= self.settings.heartbeat_ttl_s + 1.0:
             self._sweep_running(now, result)
+        self.lease.keep()
         # Jobs placed on a worker that then left wait on the shared queue instead.
         result.rescued = self._rescue()
         if result.rescued:
             log.info("sweeper.direct_rescued", region=self.region.name, messages=result.rescued)
         self._sweep_queued(now, result)
+        self.lease.keep()
         if self.usage is not None and self.retention is not None:
             # Before archiving: the roll-up reads the records still in Redis.
             self.retention.index(self.usage.roll_up(now))
@@ -153,11 +165,12 @@ class Sweeper:
                 self._retained_at = now
                 result.retention_deleted = self.retention.apply(now)
         if self.archive is not None:
+            self.lease.keep()
             self._archive_finished(now, result)
             if now - self._reconciled_at >= self.settings.reconcile_every_s:
+                self.lease.keep()
                 self._reconciled_at = now
                 self.reconcile_outputs(result)
-        return result
 
     def _rescue(self) -> int:
         if self.outbox is None:
@@ -175,8 +188,11 @@ class Sweeper:
     # -- running jobs whose run is gone ------------------------------------------------------
     def _sweep_running(self, now: float, result: SweepResult) -> None:
         for record in self.store.running(self.region.name):
-            if self.runs.live(record):  # the job's own run lease, not its worker's name
+            # The job's own run lease, not its worker's name; a live run past its deadline
+            # or hard limit is hung (it checks both at every step it takes).
+            if self.runs.live(record) and not self._overdue(record, now):
                 continue
+            self.lease.keep()  # each recovery is a change only the lease's holder makes
             ended = self._recover(record, now)
             if ended is None:
                 result.requeued.append(record.id)
@@ -192,7 +208,8 @@ class Sweeper:
         def change(record: JobRecord) -> None:
             if record.status is not JobState.RUNNING or record.worker != seen.worker:
                 raise IllegalTransition(f"job {record.id} moved on")
-            if record.run != seen.run or self.runs.live(record):  # the lease is WATCHed
+            alive = self.runs.live(record) and not self._overdue(record, now)
+            if record.run != seen.run or alive:  # the lease is WATCHed
                 raise IllegalTransition(f"job {record.id}: its run is alive")
             record.run = None  # the lost run's writes are refused from now on
             if record.deadline is not None and now >= record.deadline:
@@ -224,6 +241,15 @@ class Sweeper:
         if self.outbox is not None:
             self.outbox.deliver(sent)
         return None if outcome[-1] == JobState.QUEUED.value else outcome[-1]
+
+    def _overdue(self, record: JobRecord, now: float) -> bool:
+        """Whether ``record``'s run is past its deadline or the hard time limit, with three
+        heartbeat TTLs of grace: its worker ends such a run itself, or stops renewing it."""
+        grace = 3 * self.settings.heartbeat_ttl_s
+        if record.deadline is not None and now >= record.deadline + grace:
+            return True
+        started = record.started_at
+        return started is not None and now - started >= self.settings.hard_time_limit_s + grace
 
     # -- queued jobs that would wait forever -------------------------------------------------
     def _sweep_queued(self, now: float, result: SweepResult) -> None:
