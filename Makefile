@@ -16,7 +16,9 @@ LINT_PATHS := animfleet_api animfleet_sdk animfleet dispatcher workers storage l
 # torch first and pinned: the CPU build on local disk. Installing it after other packages could
 # let a resolver pull a multi-GB CUDA build; the lock's torch==2.13.0 then finds it satisfied.
 # Then the pinned versions of every extra (the lock), then the project itself without
-# resolving; pip check fails if pyproject.toml asks for something the lock lacks.
+# resolving; pip check fails if pyproject.toml asks for something the lock lacks. The checkout
+# goes on the path too (a .pth): `tools` and `benchmarks` are never installed, yet the
+# `animfleet` command finds the offline tools' commands from anywhere.
 $(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
@@ -24,6 +26,8 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(PY) -m pip install --quiet -r $(LOCK)
 	$(PY) -m pip install --quiet --no-deps -e '.[all,dev]'
 	$(PY) -m pip check
+	$(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))' | \
+	  xargs -I{} sh -c 'echo "$(CURDIR)" > {}/animfleet-checkout.pth'
 	touch $@
 
 venv: $(STAMP)
@@ -72,7 +76,7 @@ fuzz-api: venv
 # library, Redis client or torch installed, the import under 0.3 s (median CPU time), and 50 jobs
 # through submit_many against a local fleet, each MP4 checked with PyAV.
 test-sdk: venv
-	rm -rf .venv-sdk && $(PYTHON) -m venv .venv-sdk && .venv-sdk/bin/pip install -q .
+	rm -rf .venv-sdk && $(PYTHON) -m venv .venv-sdk && .venv-sdk/bin/pip install -q ./sdk-python
 	ANIMFLEET_SDK_PYTHON=$(CURDIR)/.venv-sdk/bin/python $(PY) -m pytest -q \
 		tests/e2e/test_sdk_base_install.py
 

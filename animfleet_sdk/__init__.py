@@ -1,9 +1,10 @@
 """The HTTP SDK: ``from animfleet_sdk import Animfleet, AsyncAnimfleet``.
 
-``pip install animfleet`` installs it with httpx and pydantic only: no PyTorch, no Redis, no
-broker. The request types are the API's own (:mod:`animfleet_api.request`); the sync client is
-generated from the async one. The in-cluster path, ``dispatcher.Client`` (the ``fleet`` extra),
-talks to the regions' Redis directly instead.
+``pip install ./sdk-python`` (the ``animfleet-sdk`` distribution) installs it with httpx and
+pydantic only: no PyTorch, no Redis, no broker. The request types are the API's own
+(:mod:`animfleet_api.request`); the sync client is generated from the async one. The
+in-cluster path, ``dispatcher.Client`` (the ``fleet`` extra), talks to the regions' Redis
+directly instead.
 """
 
 from typing import TYPE_CHECKING, Any

@@ -30,6 +30,9 @@ class AsyncAnimfleet:
     """``async with AsyncAnimfleet("https://api.example.com", api_key="af_...") as api:
     await api.submit(...)``: submit, follow, fetch.
 
+    Without arguments it reads ``ANIMFLEET_URL`` and ``ANIMFLEET_API_KEY`` (``animfleet local
+    up`` prints both as one ``export`` line); no URL either way is a ``ValueError``.
+
     429 and 503 answers are retried after their ``Retry-After``, up to ``max_retries`` times;
     every submit carries an idempotency key, so a retry never makes a second job. An image
     given as bytes or a file larger than ``upload_over_bytes`` is uploaded first
@@ -38,7 +41,7 @@ class AsyncAnimfleet:
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | None = None,
         api_key: str | None = None,
         *,
         timeout: float = 90.0,
@@ -48,8 +51,8 @@ class AsyncAnimfleet:
     ) -> None:
         self.max_retries = max_retries
         self.upload_over_bytes = upload_over_bytes
-        self.http = http or httpx.AsyncClient(base_url=base_url, timeout=timeout)
-        self.http.headers.update(_core.headers(api_key))
+        self.http = http or httpx.AsyncClient(base_url=_core.gateway_url(base_url), timeout=timeout)
+        self.http.headers.update(_core.headers(_core.api_key_or_env(api_key)))
 
     async def __aenter__(self) -> AsyncAnimfleet:
         return self
@@ -127,8 +130,11 @@ class AsyncAnimfleet:
     async def stream(
         self, job_id: str, last_event_id: str | None = None, *, logs: bool = False
     ) -> AsyncIterator[Event]:
-        """The job's live events up to its terminal one; a dropped connection is resumed.
-        With ``logs``, also its log lines as ``log`` events."""
+        """The job's live events up to its terminal one; a dropped connection is resumed:
+        ``queued`` (``queue_position``, 0 = next to start, and ``estimated_start_at``, a Unix
+        time, once the region has run a job to measure from), ``started``, ``progress``
+        (``step``, ``total``) per denoising step, then one of ``succeeded``, ``failed``,
+        ``canceled``, ``expired``. With ``logs``, also its log lines as ``log`` events."""
         parser = _core.EventParser(last_event_id)
         params = {"logs": "true"} if logs else {}
         for _ in range(self.max_retries + 1):

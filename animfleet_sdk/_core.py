@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import mimetypes
+import os
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -91,6 +92,25 @@ def addon_field(addon: Mapping[str, Any]) -> dict[str, Any]:
 def new_idempotency_key() -> str:
     """Each submit carries one, so the SDK's retries never create a job twice."""
     return "sdk-" + secrets.token_hex(16)
+
+
+URL_ENV = "ANIMFLEET_URL"  # the gateway, read when no base_url is given
+API_KEY_ENV = "ANIMFLEET_API_KEY"  # the API key, read when no api_key is given
+
+
+def gateway_url(base_url: str | None) -> str:
+    """``base_url``, else ``$ANIMFLEET_URL``; a clear error when neither is set."""
+    url = base_url or os.environ.get(URL_ENV)
+    if not url:
+        raise ValueError(
+            f"no gateway URL: pass base_url or set {URL_ENV} (e.g. http://127.0.0.1:8000)"
+        )
+    return url
+
+
+def api_key_or_env(api_key: str | None) -> str | None:
+    """``api_key``, else ``$ANIMFLEET_API_KEY``; None (no header) for a gateway without keys."""
+    return api_key or os.environ.get(API_KEY_ENV) or None
 
 
 def headers(api_key: str | None) -> dict[str, str]:

@@ -22,6 +22,11 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt  # SIGTERM stops the fleet as Ctrl-C does
 
 
+def _on_stop_signals(handler: Any) -> None:
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, handler)
+
+
 def _say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
@@ -58,7 +63,9 @@ def cmd_local_up(args: argparse.Namespace) -> int:
         s3_port=args.s3_port or 0,
         broker=args.broker,
     )
-    signal.signal(signal.SIGTERM, _interrupt)
+    # Set explicitly: a shell starts `animfleet local up &` (in a script) with SIGINT ignored,
+    # and Python then leaves it ignored.
+    _on_stop_signals(_interrupt)
     started = time.monotonic()
     _say(f"starting a local fleet in {fleet.root} ...")
     try:
@@ -69,6 +76,7 @@ def cmd_local_up(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     finally:
+        _on_stop_signals(signal.SIG_IGN)  # a second Ctrl-C cannot cut the stop short (bounded)
         _say("stopping the local fleet ...")
         stopping = time.monotonic()
         fleet.stop(STOP_GRACE_S)
@@ -95,10 +103,14 @@ def _print_fleet(fleet: Any, tenant: str, took_s: float) -> None:
             f"  webhook secret: {fleet.webhook_secrets[0]}",
             "  webhooks to loopback addresses (http://127.0.0.1:...) are allowed in this local"
             " fleet; production refuses them",
+            # What both SDKs, the docs and the playground's curl read: one name per setting.
+            f"  export ANIMFLEET_URL={fleet.gateway_url(fleet.regions[0])} ANIMFLEET_API_KEY={key}"
+            "   # for the SDKs and curl",
         ]
+    seaweedfs = ", ".join(map(str, fleet.seaweedfs_ports))
     lines += [
         f"  redis: 127.0.0.1:{fleet.redis_port}"
-        + (f"  S3: {fleet.s3_endpoint}" if fleet.storage == "s3" else ""),
+        + (f"  S3: {fleet.s3_endpoint} (SeaweedFS: {seaweedfs})" if fleet.storage == "s3" else ""),
         # A shell line as printed: the note after it is a comment.
         f"  export ANIMFLEET_FLEET_FILE={fleet.fleet_file}"
         "   # for animfleet submit, list, keys, ...",
@@ -134,9 +146,7 @@ def add_local_commands(sub: Any) -> None:
         "--port", type=int, default=8000, help="the first region's API port; the next follow it"
     )
     up.add_argument("--redis-port", type=int, help="Redis's port (default: a free one)")
-    up.add_argument(
-        "--s3-port", type=int, help="the S3 server's port, and port + 10000 (default: free ones)"
-    )
+    up.add_argument("--s3-port", type=int, help="the S3 server's port (default: a free one)")
     up.add_argument(
         "--broker",
         choices=["redis", "rabbitmq"],

@@ -20,10 +20,16 @@ import type {
 } from "./types.js";
 import { isTerminal, isTerminalEvent } from "./types.js";
 
+/** A variable of Node's environment; undefined where there is none (a browser) or it is empty. */
+function fromEnvironment(name: string): string | undefined {
+  const environment = (globalThis as { process?: { env?: Record<string, string | undefined> } }).process?.env;
+  return environment?.[name] || undefined;
+}
+
 export interface AnimfleetOptions {
-  /** The gateway, e.g. `https://api.example.com` or `http://127.0.0.1:8000`. */
-  baseUrl: string;
-  /** An API key from `animfleet keys create --tenant T`, sent as `Authorization: Bearer`. */
+  /** The gateway, e.g. `https://api.example.com` or `http://127.0.0.1:8000`; default `$ANIMFLEET_URL`. */
+  baseUrl?: string;
+  /** An API key from `animfleet keys create --tenant T`, sent as `Authorization: Bearer`; default `$ANIMFLEET_API_KEY`. */
   apiKey?: string;
   /** Per request (a `Prefer: wait` request gets its wait on top). Default 90 s. */
   timeoutMs?: number;
@@ -67,7 +73,9 @@ interface CallOptions {
 }
 
 /**
- * `new Animfleet({ baseUrl, apiKey })`: submit, follow, cancel, list, download.
+ * `new Animfleet({ baseUrl, apiKey })`: submit, follow, cancel, list, download. Without them it
+ * reads `ANIMFLEET_URL` and `ANIMFLEET_API_KEY` (`animfleet local up` prints both as one
+ * `export` line); no URL either way throws.
  *
  * 429 and 503 answers are retried after their `Retry-After` (with jitter), up to `maxRetries`
  * times within `retryBudgetMs`; every submit carries an idempotency key, so a retry never
@@ -82,9 +90,13 @@ export class Animfleet {
   private readonly apiKey: string | undefined;
   private readonly fetch: typeof fetch;
 
-  constructor(options: AnimfleetOptions) {
-    this.baseUrl = options.baseUrl.replace(/\/+$/, "");
-    this.apiKey = options.apiKey;
+  constructor(options: AnimfleetOptions = {}) {
+    const baseUrl = options.baseUrl || fromEnvironment("ANIMFLEET_URL");
+    if (!baseUrl) {
+      throw new Error("no gateway URL: pass baseUrl or set ANIMFLEET_URL (e.g. http://127.0.0.1:8000)");
+    }
+    this.baseUrl = baseUrl.replace(/\/+$/, "");
+    this.apiKey = options.apiKey || fromEnvironment("ANIMFLEET_API_KEY");
     this.timeoutMs = options.timeoutMs ?? 90_000;
     this.maxRetries = options.maxRetries ?? 5;
     this.retryBudgetMs = options.retryBudgetMs ?? 120_000;

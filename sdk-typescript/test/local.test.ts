@@ -127,3 +127,21 @@ test("events are parsed across CRLF framing and heartbeats, and a dropped stream
   assert.deepEqual(seen[3]?.data, terminal);
   assert.equal(server.requests.length, 2);
 });
+
+test("without options it reads ANIMFLEET_URL and ANIMFLEET_API_KEY; without a URL it throws", async () => {
+  const server = await serve((_request, response) => json(response, 200, { data: [], next_cursor: null }));
+  const saved = { url: process.env.ANIMFLEET_URL, key: process.env.ANIMFLEET_API_KEY };
+  try {
+    delete process.env.ANIMFLEET_URL;
+    assert.throws(() => new Animfleet(), /ANIMFLEET_URL/);
+    process.env.ANIMFLEET_URL = server.url;
+    process.env.ANIMFLEET_API_KEY = "af_0123456789abcdef_from-the-environment";
+    await new Animfleet().list();
+    assert.equal(server.requests[0]?.headers.authorization, "Bearer af_0123456789abcdef_from-the-environment");
+  } finally {
+    for (const [name, value] of [["ANIMFLEET_URL", saved.url], ["ANIMFLEET_API_KEY", saved.key]] as const) {
+      if (value === undefined) delete process.env[name];
+      else process.env[name] = value;
+    }
+  }
+});

@@ -1,5 +1,6 @@
-"""The HTTP SDK from a venv with only the base install (``pip install animfleet``, as the README
-says): it holds no broker library and no torch, imports in under 0.3 s, and its async client
+"""The HTTP SDK from a venv with only the SDK's distribution (``pip install ./sdk-python``, as
+the docs say): it holds no broker library, no torch and no top-level name but the SDK's own
+(``animfleet_sdk``, ``animfleet_api``), imports in under 0.3 s, and its async client
 runs 50 jobs with ``submit_many``, waited on, downloaded and checked with PyAV (here, where the
 full install has it).
 
@@ -28,6 +29,8 @@ PYTHON = os.environ.get("ANIMFLEET_SDK_PYTHON")
 JOBS = 50
 # Not one of these may be installed with the SDK: brokers, Redis, PyTorch, the web server.
 FORBIDDEN = {"celery", "kombu", "redis", "hiredis", "billiard", "torch", "fastapi", "pillow"}
+# Nor the fleet's packages: names a web app's own modules would clash with.
+FLEET_NAMES = ("tools", "storage", "workers", "launcher", "dispatcher", "animfleet", "benchmarks")
 IMPORT_BAR_S = 0.3
 IMPORTS = 7  # fresh interpreters; the median is judged
 
@@ -69,8 +72,21 @@ def test_the_base_install_holds_no_broker_and_no_torch(tmp_path: Path) -> None:
     )
     installed = set(json.loads(listed))
     print("installed with the SDK:", ", ".join(sorted(installed)))
-    assert {"animfleet", "httpx", "pydantic"} <= installed
+    assert {"animfleet-sdk", "httpx", "pydantic"} <= installed
+    assert "animfleet" not in installed
     assert not installed & FORBIDDEN, f"the base install pulled {installed & FORBIDDEN}"
+
+
+def test_the_sdk_installs_no_top_level_name_but_its_own(tmp_path: Path) -> None:
+    found = _run(
+        "import importlib.util, json, shutil\n"
+        f"names = {FLEET_NAMES!r}\n"
+        "print(json.dumps({'modules': [n for n in names if importlib.util.find_spec(n)],\n"
+        "                  'command': shutil.which('animfleet')}))",
+        tmp_path,
+    )
+    assert json.loads(found) == {"modules": [], "command": None}
+    assert _run("import animfleet_sdk, animfleet_api; print('ok')", tmp_path) == "ok\n"
 
 
 def test_importing_the_sdk_takes_under_a_bar(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Run by tests/e2e/test_sdk_base_install.py in a venv holding only ``pip install animfleet``:
+"""Run by tests/e2e/test_sdk_base_install.py in a venv holding only ``pip install ./sdk-python``:
 submit jobs with the async SDK's ``submit_many``, wait on all, download every MP4.
 
 ``python base_client.py URL KEY IMAGE COUNT OUT_DIR``; exits non-zero on any failure. It also
