@@ -44,6 +44,14 @@ class LocalStore:
         except FileNotFoundError:
             raise StorageNotFound(f"no object at key {key!r}") from None
 
+    def read_range(self, key: str, offset: int, length: int) -> bytes:
+        try:
+            with self._path(key).open("rb") as handle:
+                handle.seek(offset)
+                return handle.read(length)
+        except FileNotFoundError:
+            raise StorageRejected(f"no object at key {key!r}") from None
+
     def head(self, key: str) -> ObjectInfo | None:
         path = self._path(key)
         if not path.is_file():

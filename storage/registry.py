@@ -27,7 +27,17 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from animfleet.errors import PermanentError
 from animfleet.versions import split_ref
-from storage.base import ObjectStore, StorageError, StorageRejected
+from storage.base import ObjectStore, StorageError
+from storage.blob_fetch import (
+    PART_BYTES,
+    THREADS,
+    BlobFetcher,
+    BlobMismatch,
+    BlobMissing,
+    FetchStats,
+    discard,
+    locked_staging,
+)
 
 log = logging.getLogger(__name__)
 
@@ -108,8 +118,16 @@ def content_hash(files: Sequence[ModelFile]) -> str:
 class ModelRegistry:
     """Push, list and fetch model versions in one bucket (under a region's key prefix)."""
 
-    def __init__(self, store: ObjectStore, prefix: str = "") -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        prefix: str = "",
+        part_bytes: int = PART_BYTES,
+        threads: int = THREADS,
+    ) -> None:
         self.store, self.prefix = store, prefix
+        self.part_bytes, self.threads = part_bytes, threads
+        self.last_fetch: FetchStats | None = None  # what the latest download read and reused
 
     def blob_key(self, sha256: str) -> str:
         return f"{self.prefix}models/blobs/{sha256}"
@@ -198,12 +216,16 @@ class ModelRegistry:
         """The verified directory of ``ref``: ``cache_root / <manifest hash>``.
 
         A cached copy is re-hashed and used if every file matches the manifest; otherwise (or
-        when absent) each blob is downloaded and verified into a temporary directory beside
-        it, which then replaces the cached one. Raises :class:`ModelNotFound`,
+        when absent) the blobs are read with concurrent ranged reads into a staging directory
+        beside it (``.partial-<hash>``, resumed where an interrupted fetch left it, locked
+        against other processes on this host), each file hashed as it lands, and the staging
+        directory then replaces the cached one. ``last_fetch`` says what was downloaded and
+        what reused (``None`` when the cached copy served). Raises :class:`ModelNotFound`,
         :class:`ModelIntegrityError` (``expected_hash`` differs from the manifest's, or a blob
         in the bucket does not match its manifest: the version is refused, not served),
         ``BadVersionRef`` and ``StorageError``.
         """
+        self.last_fetch = None
         manifest = self.manifest(ref)
         if expected_hash is not None and manifest.hash != expected_hash:
             raise ModelIntegrityError(
@@ -220,43 +242,61 @@ class ModelRegistry:
             if _matches(target, manifest):
                 return target
             log.warning("cached files of %s at %s do not match its manifest; fetching", ref, target)
+        _check_paths(manifest)
         cache_root.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=cache_root, prefix=".tmp-"))
-        try:
-            for file in manifest.files:
-                self._download(manifest, file, staging)
-            if not _matches(staging, manifest):  # e.g. two entries writing the same path
+        with locked_staging(cache_root, manifest.hash) as staging:
+            if target.is_dir() and _matches(target, manifest):
+                return target  # another process on this host installed it while we waited
+            try:
+                self.last_fetch = self.fetcher().fetch(list(manifest.files), staging)
+            except BlobMismatch as bad:
+                discard(staging)
+                raise ModelIntegrityError(
+                    f"{ref}: {bad.file.path} has sha256 {bad.actual} ({bad.size} bytes), its "
+                    f"manifest says {bad.file.sha256} ({bad.file.bytes} bytes); refusing to "
+                    "serve it"
+                ) from None
+            except BlobMissing as missing:
+                discard(staging)
+                raise ModelIntegrityError(
+                    f"{ref}: the blob of {missing.file.path} ({missing.key}) is missing from "
+                    "the bucket"
+                ) from None
+            # Each file was hashed as it landed: here only the listing is compared.
+            if _listing(staging) != {file.path: file.bytes for file in manifest.files}:
+                discard(staging)
                 raise ModelIntegrityError(f"{ref}: fetched files do not match its manifest")
             _install(staging, target, manifest)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
         return target
 
-    def _download(self, manifest: Manifest, file: ModelFile, into: Path) -> None:
-        key = self.blob_key(file.sha256)
-        try:
-            data = self.store.get(key)
-        except StorageRejected:
-            if self.store.head(key) is None:
-                raise ModelIntegrityError(
-                    f"{manifest.ref}: the blob of {file.path} ({key}) is missing from the bucket"
-                ) from None
-            raise
-        actual = hashlib.sha256(data).hexdigest()
-        if actual != file.sha256 or len(data) != file.bytes:
-            raise ModelIntegrityError(
-                f"{manifest.ref}: {file.path} has sha256 {actual} ({len(data)} bytes), its "
-                f"manifest says {file.sha256} ({file.bytes} bytes); refusing to serve it"
-            )
-        path = into / file.path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+    def fetcher(self) -> BlobFetcher:
+        """The ranged, resumable fetch this registry's versions are read with."""
+        return BlobFetcher(self.store, self.blob_key, self.part_bytes, self.threads)
 
 
 def _matches(directory: Path, manifest: Manifest) -> bool:
     """Whether ``directory`` holds exactly the manifest's files, each with its hash and size."""
     expected = sorted(manifest.files, key=lambda file: file.path)
     return directory_files(directory) == expected
+
+
+def _check_paths(manifest: Manifest) -> None:
+    """Refuse a manifest two of whose entries would write one path (or a file and a directory
+    of the same name): its files could not all be installed as listed."""
+    paths = {file.path for file in manifest.files}
+    parents = {str(parent) for path in paths for parent in PurePosixPath(path).parents}
+    if len(paths) < len(manifest.files) or paths & parents:
+        raise ModelIntegrityError(f"{manifest.ref}: its manifest lists a path twice")
+
+
+def _listing(directory: Path) -> dict[str, int]:
+    """Every visible regular file under ``directory``: its relative posix path and size."""
+    return {
+        path.relative_to(directory).as_posix(): path.stat().st_size
+        for path in directory.rglob("*")
+        if path.is_file()
+        and not any(part.startswith(".") for part in path.relative_to(directory).parts)
+    }
 
 
 def _install(staging: Path, target: Path, manifest: Manifest) -> None:

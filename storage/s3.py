@@ -26,6 +26,12 @@ _TRANSFER = TransferConfig(multipart_threshold=16 * 2**20, multipart_chunksize=8
 NOT_FOUND_CODES = {"404", "NoSuchKey", "NotFound"}
 
 
+def _error_code(error: Exception) -> str:
+    if isinstance(error, ClientError):
+        return str(error.response.get("Error", {}).get("Code", ""))
+    return ""
+
+
 def _translate(error: Exception, what: str) -> StorageError:
     if isinstance(error, ClientError):
         status = int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
@@ -58,6 +64,8 @@ class S3Store:
             retries={"max_attempts": 3, "mode": "standard"},
             signature_version="s3v4",
             s3={"addressing_style": "path"} if endpoint_url else {},
+            # Model fetches read one blob with many ranged GETs at once (storage/blob_fetch.py).
+            max_pool_connections=32,
         )
         self.client: Any = boto3.client(
             "s3",
@@ -98,6 +106,21 @@ class S3Store:
             body: bytes = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
         except (ClientError, BotoCoreError) as error:
             raise _translate(error, f"get {key}") from error
+        return body
+
+    def read_range(self, key: str, offset: int, length: int) -> bytes:
+        if length <= 0:
+            return b""
+        last = offset + length - 1
+        try:
+            response = self.client.get_object(
+                Bucket=self.bucket, Key=key, Range=f"bytes={offset}-{last}"
+            )
+            body: bytes = response["Body"].read()
+        except (ClientError, BotoCoreError) as error:
+            if _error_code(error) == "InvalidRange":  # from at or past the end: nothing left
+                return b""
+            raise _translate(error, f"get {key} bytes {offset}-{last}") from error
         return body
 
     def head(self, key: str) -> ObjectInfo | None:

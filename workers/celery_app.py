@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -46,6 +47,7 @@ from animfleet.region.jobstore import JobStore
 from animfleet.region.store_client import store_client
 from animfleet.region.workers import WorkerRegistry, slot_names
 from animfleet.topology import Region, Topology
+from workers.boot_clock import CLOCK
 from workers.settings import WorkerSettings
 
 if TYPE_CHECKING:
@@ -273,6 +275,7 @@ def load_model(**_: Any) -> None:
     objects = open_store(region.storage)
     # A device kind the profile lacks is measured once per region: peers read the entry.
     shared = SharedProfiles(objects)
+    loading = time.monotonic()
     animator = load_animator(settings, shared)  # compiles and warms up if configured
     worker_name = settings.name or f"{socket.gethostname()}-{os.getpid()}"
     store = JobStore.from_url(region.store)
@@ -287,8 +290,10 @@ def load_model(**_: Any) -> None:
 
     label = own_version(resolve_model(settings.model_dir), animator.variant.name)
     shelf = ModelShelf(animator, label, load_version, settings.max_models)
+    warmup_s = animator.warmup_time_s
     for ref in boot_versions(settings):
-        shelf.get(ref)
+        warmup_s += shelf.get(ref)[1].warmup_time_s
+    load_s = time.monotonic() - loading - warmup_s
     addons = getattr(animator, "addons", None)  # stand-in animators have none
     heartbeat = Heartbeat(
         store.redis,
@@ -326,6 +331,7 @@ def load_model(**_: Any) -> None:
 
         metrics.MODEL_LOAD.labels(region.name).set(animator.load_time_s)
         metrics.MODEL_WARMUP.labels(region.name).set(animator.warmup_time_s)
+    CLOCK.report(region.name, load_s, warmup_s, metrics=settings.metrics_port is not None)
     log.info(
         "worker.model_loaded",
         region=region.name,
@@ -401,14 +407,14 @@ def fetch_boot_versions(region: Region, settings: WorkerSettings) -> list[Path]:
     Celery starts: a version whose files do not match their hash stops the worker here, with
     :class:`storage.registry.ModelIntegrityError` (or :class:`VersionUnavailable`)."""
     from storage import open_store
-    from workers.served_versions import boot_versions, fetch_version
+    from workers.served_versions import boot_versions, fetch_boot
 
     refs = boot_versions(settings)
     if not refs:
         return []
     client = store_client(region.store)
     objects = open_store(region.storage)
-    paths = [fetch_version(ref, region, client, objects, settings.model_cache) for ref in refs]
+    paths = fetch_boot(refs, region, client, objects, settings.model_cache)
     log.info("worker.versions_verified", versions=refs, cache=str(settings.model_cache))
     return paths
 

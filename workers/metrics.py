@@ -66,6 +66,13 @@ MODEL_WARMUP = Gauge(
     ["region"],
     multiprocess_mode="max",
 )
+WORKER_BOOT = Gauge(
+    "animfleet_worker_boot_seconds",
+    "Seconds of the worker's boot by stage: fetch (boot versions from the bucket, verified), "
+    "load, warmup, and ready (process start to taking jobs)",
+    ["region", "stage"],
+    multiprocess_mode="max",
+)
 UNET_CALLS = Counter(
     "animfleet_model_unet_calls_total",
     "U-Net calls of a worker whose model loaded AOT packages, by what ran them: aot (a static "

@@ -102,6 +102,13 @@ def test_every_process_serves_metrics_of_what_happened(
     assert value(worker, r'animfleet_job_queue_seconds_count\{region="ob"\}') == 2
     assert value(worker, r'animfleet_job_inference_seconds_count\{region="ob"\}') == 2
     assert r'animfleet_model_warmup_seconds{region="ob"}' in worker
+    boot = {  # the stand-in has no boot versions to fetch: that stage took no time
+        found.group(1): seconds
+        for key, seconds in worker.items()
+        if (found := re.fullmatch(r'animfleet_worker_boot_seconds\{.*stage="(\w+)".*\}', key))
+    }
+    assert set(boot) == {"fetch", "load", "warmup", "ready"}, boot
+    assert boot["fetch"] == 0 and boot["ready"] > boot["load"] > 0, boot
 
     router_url = f"http://127.0.0.1:{PORTS['router']}/metrics"
     live = r'animfleet_region_live_workers\{region="ob"\}'

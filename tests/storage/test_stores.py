@@ -46,6 +46,17 @@ def test_put_head_get_list_delete(store: ObjectStore) -> None:
     assert store.head(key) is None and store.list_keys("p/") == []
 
 
+def test_read_range_returns_the_bytes_asked_for(store: ObjectStore) -> None:
+    data = bytes(range(256)) * 40
+    store.put("blob", data, "application/octet-stream")
+    assert store.read_range("blob", 0, 10) == data[:10]
+    assert store.read_range("blob", 1000, 3000) == data[1000:4000]
+    assert store.read_range("blob", 10_000, 500) == data[10_000:]  # cut short at the end
+    assert store.read_range("blob", len(data), 10) == b""
+    with pytest.raises(StorageError):
+        store.read_range("absent", 0, 10)
+
+
 def test_missing_object_is_an_error(store: ObjectStore) -> None:
     with pytest.raises(StorageError):
         store.get("nope/missing.mp4")
