@@ -171,8 +171,9 @@ class BrokerOutbox:
 
     # -- refusals ------------------------------------------------------------------------------
     def _quarantine(self, item: bytes | str, error: BrokerRefused) -> None:
+        text = item.decode() if isinstance(item, bytes) else item
         pipe = self.redis.pipeline(transaction=True)
-        pipe.zadd(self.quarantine_key, {item: time.time()})
+        pipe.zadd(self.quarantine_key, {text: time.time()})
         pipe.zrem(self.key, item)
         pipe.execute()
         queue, _ = split(item)
