@@ -61,6 +61,33 @@ def test_the_listener_thread_acts_on_published_notices(redis_client: redis.Redis
         listener.stop()
 
 
+class FailingLoads(Loads):
+    """Loads whose first ask raises, as an add-on that fails to load would."""
+
+    def prefetch(self, names: list[str]) -> Any:
+        if not self.asked:
+            self.asked.append([])
+            raise ValueError("injected load failure")
+        return super().prefetch(names)
+
+
+def test_a_notice_that_fails_to_load_does_not_end_the_listening(
+    redis_client: redis.Redis,
+) -> None:
+    loads = FailingLoads()
+    listener = PrefetchListener(redis_client, "pf", "me", loads, State())
+    listener.start()
+    try:
+        assert listener.subscribed.wait(10)
+        deadline = time.monotonic() + 10
+        while not loads.arrived.wait(0.2):  # the first notice to land raises; a later one loads
+            assert time.monotonic() < deadline, "the listener stopped after a failed load"
+            announce_prefetch(redis_client, "pf", ["shake"], "me")
+        assert loads.asked[0] == [] and loads.asked[1] == ["shake"]
+    finally:
+        listener.stop()
+
+
 class _Held:
     def __init__(self, names: list[str]) -> None:
         self.names = names
