@@ -111,3 +111,16 @@ def observe_regions(
         for target in names:
             ROUTING_SHARE.labels(source, target).set(targets.get(target, 0.0))
     ROUTING_TABLES.inc()
+
+
+# The broker outbox of a region whose broker is apart from its store (set by its scheduler).
+OUTBOX_OVERDUE = Gauge(
+    "animfleet_broker_outbox_overdue_seconds",
+    "How long the oldest broker-outbox entry has been due and unpublished",
+    ["region"],
+)
+OUTBOX_QUARANTINED = Gauge(
+    "animfleet_broker_outbox_quarantined",
+    "Broker-outbox entries set aside because the broker refused them for good",
+    ["region"],
+)

@@ -53,6 +53,7 @@ from dispatcher.admission import (
     RoutingCache,
     admission_settings_from_env,
 )
+from dispatcher.outbox_relay import tend_outbox
 
 WEIGHTS_EVERY_S = 5.0
 # With the broker apart from the store: how often the lease holder publishes what the outbox
@@ -82,6 +83,10 @@ class SchedulerSettings(EnvSettings):
     lease_s: float = Field(default=5.0, gt=0)  # a dead scheduler's region waits this long
     batch: int = Field(default=100, ge=1)  # most jobs moved per script call
     spill: bool = True  # move backlog jobs to other regions with room
+    # A broker apart from the store: a dead-lettered job that started this often (as the
+    # workers' own setting) fails; an outbox entry overdue this long is logged as an error.
+    max_deliveries: int = Field(default=3, ge=1, le=20)
+    outbox_stale_after_s: float = Field(default=60.0, gt=0)
     claim_timeout_s: float = Field(default=30.0, gt=0)  # a spill older than this was abandoned
     # The hand-off when saturated: an idle worker gets, among the first ``handoff_window``
     # jobs of the tenant whose turn it is, the one it holds warm; a job passed over
@@ -174,8 +179,8 @@ class RegionScheduler:
             self.outbox.deliver(taken.outbox_entries)
             if now - self._relayed >= RELAY_EVERY_S:
                 self._relayed = now
-                self.outbox.relay()
-                self.outbox.end_dead_letters()
+                stale_s = self.settings.outbox_stale_after_s
+                tend_outbox(self.outbox, self.settings.max_deliveries, stale_s)
         self._expire(self.region, taken.overdue)
         moved, left = len(taken.jobs), taken.remaining
         if taken.jobs:

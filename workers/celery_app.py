@@ -19,6 +19,7 @@ main process; the sweeper, not a lost pool child, recovers the jobs of a worker 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -37,6 +38,7 @@ from animfleet import logs
 from animfleet.constants import ANIMATE_TASK
 from animfleet.region.affinity import direct_queue
 from animfleet.region.broker import (
+    BrokerUnavailable,
     celery_broker_config,
     has_direct_queues,
     is_amqp,
@@ -48,6 +50,7 @@ from animfleet.region.store_client import store_client
 from animfleet.region.workers import WorkerRegistry, slot_names
 from animfleet.topology import Region, Topology
 from workers.boot_clock import CLOCK
+from workers.redelivery import defer_in_store, hand_back
 from workers.settings import WorkerSettings
 
 if TYPE_CHECKING:
@@ -190,16 +193,16 @@ MAX_DEFER_S = 60.0
 def animate(self: Any, job_id: str) -> None:
     from animfleet.region.runs import LeaseHeld
 
+    deferrals = int(self.request.retries)
     try:
         if process.slots is not None:
             with process.slots.take() as slot:
-                _animate(slot, job_id)
+                _animate(slot, job_id, deferrals)
             return
         if process.runner is None:
             raise RuntimeError("worker process has no model loaded")
-        _animate(process.runner, job_id)
+        _animate(process.runner, job_id, deferrals)
     except LeaseHeld as held:
-        deferrals = int(self.request.retries)
         if deferrals >= MAX_DEFERRALS:
             log.info("job.duplicate_delivery", job_id=job_id, running_on=held.worker)
             return
@@ -213,24 +216,16 @@ def animate(self: Any, job_id: str) -> None:
             countdown_s=round(countdown, 2),
             deferrals=deferrals + 1,
         )
-        if is_amqp(process.context()[0].broker_url):
+        region = process.context()[0]
+        if is_amqp(region.broker_url):
             # Quorum queues hold no ETA messages: the delivery waits in the store's outbox.
-            _defer_in_store(job_id, deferrals + 1, countdown)
+            assert process.runner is not None
+            defer_in_store(process.runner.store, region, job_id, deferrals + 1, countdown)
             return
         raise self.retry(countdown=countdown, max_retries=MAX_DEFERRALS) from None
 
 
-def _defer_in_store(job_id: str, deferrals: int, countdown: float) -> None:
-    from animfleet.region.broker_outbox import BrokerOutbox
-    from animfleet.region.messages import AnimateMessages
-
-    region = process.context()[0]
-    assert process.runner is not None
-    message = AnimateMessages(region).build(job_id, retries=deferrals)
-    BrokerOutbox(process.runner.store, region).defer(region.queue, message, countdown)
-
-
-def _animate(runner: JobRunner, job_id: str) -> None:
+def _animate(runner: JobRunner, job_id: str, deferrals: int) -> None:
     # Every line logged while the job runs (pipeline, storage, libraries) names it.
     context = bound_contextvars(job_id=job_id, region=runner.region.name, worker=runner.worker_name)
     if process.state is WorkerState.IDLE:
@@ -242,6 +237,11 @@ def _animate(runner: JobRunner, job_id: str) -> None:
         # The job store stayed unreachable past its retries, so the record may still say
         # running: acking would strand the job. Back to the queue; the next delivery
         # finds the record as it is (skips a finished job, runs a running one again).
+        # On RabbitMQ a reject counts toward the delivery limit: a fresh copy does not.
+        if is_amqp(runner.region.broker_url):
+            with contextlib.suppress(BrokerUnavailable):
+                hand_back(runner.region, job_id, deferrals, f"job store unreachable: {error}")
+                return
         raise Reject(f"job store unreachable: {error}", requeue=True) from error
     finally:
         if process.state is WorkerState.BUSY:
@@ -278,7 +278,7 @@ def load_model(**_: Any) -> None:
     loading = time.monotonic()
     animator = load_animator(settings, shared)  # compiles and warms up if configured
     worker_name = settings.name or f"{socket.gethostname()}-{os.getpid()}"
-    store = JobStore.from_url(region.store)
+    store = JobStore.from_url(region.store, retry_s=settings.store_retry_s)
     keep_job_logs({region.name: store.redis})
 
     def load_version(ref: str) -> Animator:
@@ -303,6 +303,8 @@ def load_model(**_: Any) -> None:
         holdings=lambda: held_things(animator),
         direct=DirectQueues(store.redis, region) if direct_queues(region, settings) else None,
         slots=settings.batch,
+        # A thread pool enforces no time limit: a run still held past it is a hung slot.
+        hard_limit_s=settings.hard_time_limit_s,
     )
     if addons is not None:  # dispatchers accept jobs asking for these from now on
         RegionAddons(store.redis, region.name).advertise(

@@ -193,7 +193,8 @@ class Heartbeat:
         leases renewed before the failing part still hold)."""
         if not self.failures:
             return self.interval_s
-        return min(self.interval_s * 2 ** (self.failures - 1), self.ttl_s / 4)
+        backoff: float = self.interval_s * 2.0 ** (self.failures - 1)
+        return min(backoff, self.ttl_s / 4)
 
     def _give_up(self, reason: str) -> None:
         self._stop.set()

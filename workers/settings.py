@@ -44,6 +44,9 @@ class WorkerSettings(EnvSettings):
     # A job whose worker died this many times is failed instead of delivered again.
     max_deliveries: int = Field(default=3, ge=1, le=20)
     upload_retry_s: float = Field(default=60.0, ge=0)
+    # How long a record read or write retries an unreachable job store before the delivery is
+    # put back (rejected; on RabbitMQ published anew, see workers/redelivery.py).
+    store_retry_s: float = Field(default=30.0, gt=0)
     # The pool child running a job is SIGKILLed once its RSS passes this (workers/memguard.py):
     # a job too large for the host dies like a GPU OOM instead of taking the host down.
     max_rss_mb: int | None = Field(default=None, ge=64)

@@ -8,9 +8,14 @@ properties, persistent and confirmed by the broker before :meth:`BrokerLink.publ
 
 Queues on RabbitMQ (``amqp://``, ``amqps://``) are quorum queues (:func:`task_queue`):
 replicated by Raft on every node of the cluster, and a message returned more than
-:data:`DELIVERY_LIMIT` times is dead-lettered to the region's ``<queue>.dead`` (read by
-:mod:`.broker_outbox`'s relay, which fails its job ``worker_lost``). Workers and publishers
-declare them with the same arguments, as RabbitMQ requires.
+:func:`delivery_limit` times is dead-lettered to the region's ``<queue>.dead``, a plain quorum
+queue (no limit, no dead-letter target of its own), read by :mod:`.broker_outbox`'s relay.
+Workers and publishers declare them with the same arguments, as RabbitMQ requires.
+
+Every publish is mandatory and confirmed: a message the broker cannot route (its queue was
+deleted) comes back and raises :class:`BrokerUnavailable` (the queue is declared again on the
+next try) instead of being confirmed and dropped. A refusal that no retry cures (access refused,
+a queue declared with other arguments) raises :class:`BrokerRefused`.
 """
 
 from __future__ import annotations
@@ -18,25 +23,56 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
 
 import redis
+from amqp import exceptions as amqp_errors
 from kombu import Connection, Producer, Queue
 
-from animfleet.errors import TransientError
+from animfleet.errors import AnimfleetError, TransientError
 from animfleet.topology import Region
 
 AMQP_SCHEMES = ("amqp", "amqps", "pyamqp")
 # Past the workers' own max_deliveries (at most 20), which fails a job that kills its worker
 # first; the limit catches what never reaches a worker's start (a crash in Celery itself).
+# Every process of a region must declare the same (RabbitMQ refuses a queue re-declared with
+# other arguments): ANIMFLEET_BROKER_DELIVERY_LIMIT changes it fleet-wide.
 DELIVERY_LIMIT = 25
+DELIVERY_LIMIT_ENV = "ANIMFLEET_BROKER_DELIVERY_LIMIT"
+# What RabbitMQ answers to an operation that fails the same way however often it is retried.
+REFUSALS: tuple[type[Exception], ...] = (
+    amqp_errors.AccessRefused,
+    amqp_errors.NotFound,
+    amqp_errors.PreconditionFailed,
+    amqp_errors.NotAllowed,
+)
 CONFIRM_TIMEOUT_S = 10.0  # a publish not confirmed by then stays in the outbox for the relay
 
 
 class BrokerUnavailable(TransientError):
-    """The broker could not be reached or refused the operation; nothing was lost."""
+    """The broker could not be reached or did not take the message; nothing was lost."""
+
+
+class BrokerRefused(AnimfleetError):
+    """The broker refused the operation for good (access refused, a queue's arguments differ,
+    not found): retrying the same operation cannot succeed."""
+
+    retryable = False
+
+
+def delivery_limit() -> int:
+    """How often a quorum queue delivers a message before it dead-letters it."""
+    raw = os.environ.get(DELIVERY_LIMIT_ENV, str(DELIVERY_LIMIT))
+    try:
+        limit = int(raw)
+    except ValueError:
+        limit = 0
+    if limit < 1:
+        raise ValueError(f"{DELIVERY_LIMIT_ENV} must be a whole number >= 1, got {raw!r}")
+    return limit
 
 
 def is_amqp(url: str) -> bool:
@@ -57,10 +93,13 @@ def dead_letter_queue(region: Region) -> str:
 
 
 def quorum_arguments(dead_letters: str | None) -> dict[str, Any]:
-    arguments: dict[str, Any] = {"x-queue-type": "quorum", "x-delivery-limit": DELIVERY_LIMIT}
+    """A quorum queue's arguments: with ``dead_letters``, a work queue whose messages go there
+    past the delivery limit; without, a plain one (the dead-letter queue itself)."""
+    arguments: dict[str, Any] = {"x-queue-type": "quorum"}
     if dead_letters is not None:
         # At least once: RabbitMQ keeps the message until the dead-letter queue confirms it.
         arguments |= {
+            "x-delivery-limit": delivery_limit(),
             "x-dead-letter-exchange": "",
             "x-dead-letter-routing-key": dead_letters,
             "x-dead-letter-strategy": "at-least-once",
@@ -77,8 +116,10 @@ def task_queue(broker_url: str, name: str, dead_letters: str | None = None) -> Q
 
 
 def region_queue(region: Region, name: str) -> Queue:
-    """A GPU queue of ``region`` (its shared one or a worker's direct one)."""
-    return task_queue(region.broker_url, name, dead_letter_queue(region))
+    """A GPU queue of ``region`` (its shared one or a worker's direct one), or its dead-letter
+    queue."""
+    dead = dead_letter_queue(region)
+    return task_queue(region.broker_url, name, None if name == dead else dead)
 
 
 def celery_broker_config(broker_url: str, redis_options: dict[str, Any]) -> dict[str, Any]:
@@ -106,6 +147,7 @@ class BrokerLink:
         self._connection: Connection | None = None
         self._producer: Producer | None = None
         self._declared: set[str] = set()
+        self._returns: list[str] = []  # messages the broker returned since the last publish
         if not is_amqp(region.broker_url):
             self._redis = redis.Redis.from_url(
                 region.broker_url, socket_timeout=5, socket_connect_timeout=2
@@ -188,7 +230,7 @@ class BrokerLink:
 
         def take() -> int:
             taken = 0
-            queue = region_queue(self.region, dead_letter_queue(self.region))
+            queue = self._queue(dead_letter_queue(self.region))
             channel = self._channel()
             self._declare(queue)
             while taken < most and (message := queue.bind(channel).get(no_ack=False)):
@@ -218,7 +260,7 @@ class BrokerLink:
                 heartbeat=0,
             )
             self._connection.ensure_connection(max_retries=0)
-            self._producer = Producer(self._connection.default_channel)
+            self._producer = Producer(self._connection.default_channel, on_return=self._returned)
             self._declared.clear()
         return self._connection.default_channel
 
@@ -243,6 +285,7 @@ class BrokerLink:
         self._channel()
         self._declare(self._queue(queue))
         assert self._producer is not None
+        self._returns.clear()
         self._producer.publish(
             body,
             routing_key=queue,
@@ -254,8 +297,15 @@ class BrokerLink:
             correlation_id=properties.get("correlation_id"),
             reply_to=properties.get("reply_to"),
             retry=False,
+            mandatory=True,  # unroutable: returned (before its confirm), not dropped
             confirm_timeout=CONFIRM_TIMEOUT_S,
         )
+        if self._returns:  # the queue is gone: _on_amqp resets, the next try declares it
+            raise BrokerUnavailable(f"{queue}: returned unroutable ({self._returns[0]})")
+
+    def _returned(self, error: Exception, exchange: str, routing_key: str, message: Any) -> None:
+        del exchange, routing_key, message
+        self._returns.append(str(error))
 
     def _channel_errors(self) -> tuple[type[BaseException], ...]:
         assert self._connection is not None
@@ -265,8 +315,13 @@ class BrokerLink:
         with self._lock:
             try:
                 return operation()
+            except REFUSALS as error:
+                self._reset()  # the channel is closed; the connection may be
+                raise BrokerRefused(f"{type(error).__name__}: {error}") from error
             except Exception as error:  # connection and channel errors of kombu and py-amqp
                 self._reset()
+                if isinstance(error, BrokerUnavailable):
+                    raise
                 raise BrokerUnavailable(f"{type(error).__name__}: {error}") from error
 
     def _reset(self) -> None:
@@ -274,6 +329,8 @@ class BrokerLink:
             # A dead connection may fail to close: it is dropped anyway.
             with contextlib.suppress(Exception):
                 self._connection.release()
+            with contextlib.suppress(Exception):
+                self._connection.collect()  # whatever release left open (a refused channel's)
         self._connection, self._producer = None, None
         self._declared.clear()
 

@@ -18,8 +18,17 @@ its queue, to ``broker-outbox:<region>`` instead, atomically as before: a sorted
 
 A message published twice (a publisher that died after the publish, before the removal) is
 delivered twice: harmless, as the run lease (:mod:`.runs`) lets one run of a job live at a time
-and a delivery of a finished job does nothing. The relay also ends the jobs whose message
-RabbitMQ dead-lettered (:mod:`.broker`): returned more often than its delivery limit.
+and a delivery of a finished job does nothing.
+
+- **Refusals**: an entry the broker refuses for good (:class:`.broker.BrokerRefused`: access
+  refused, a queue declared with other arguments) is set aside in ``broker-quarantine:<region>``
+  rather than retried forever; :meth:`BrokerOutbox.release_quarantined` puts the entries back
+  once the cause is fixed. :meth:`BrokerOutbox.overdue_s` (the age of the oldest entry past its
+  due time) and :meth:`BrokerOutbox.quarantined` are what the scheduler exports as metrics.
+- **Dead letters**: a job whose message RabbitMQ dead-lettered (returned more often than its
+  delivery limit) still has attempts left unless it started ``max_deliveries`` times or came
+  back dead-lettered that often: it is queued again with a new message; otherwise it fails
+  ``worker_lost``.
 """
 
 from __future__ import annotations
@@ -31,9 +40,10 @@ import redis
 import structlog
 
 from animfleet.jobs import IllegalTransition, JobRecord, JobState
-from animfleet.region.broker import BrokerLink, BrokerUnavailable
+from animfleet.region.broker import BrokerLink, BrokerRefused, BrokerUnavailable
 from animfleet.region.jobstore import JobNotFound, JobStore
-from animfleet.region.keys import BROKER_OUTBOX, DIRECT_CLAIMS
+from animfleet.region.keys import BROKER_OUTBOX, BROKER_QUARANTINE, DEAD_LETTERED, DIRECT_CLAIMS
+from animfleet.region.messages import AnimateMessages
 from animfleet.region.runs import RunLeases
 from animfleet.topology import Region
 
@@ -46,6 +56,8 @@ GRACE_S = 3.0
 CLAIM_S = 3.0
 # After a failed publish, the fast path leaves the broker alone this long.
 RETRY_AFTER_S = 1.0
+# How long a job's dead-letter count is kept (a day: far past any job's deadline).
+DEAD_LETTER_COUNT_TTL_S = 86400
 
 
 def outbox_key(region: str) -> str:
@@ -127,6 +139,9 @@ class BrokerOutbox:
             queue, message = split(item)
             try:
                 self.link.publish(queue, message)
+            except BrokerRefused as error:
+                self._quarantine(item, error)
+                continue
             except BrokerUnavailable as error:
                 log.warning("broker.publish_deferred", region=self.region.name, error=str(error))
                 self._down_until = time.monotonic() + RETRY_AFTER_S
@@ -147,31 +162,90 @@ class BrokerOutbox:
     def pending(self) -> int:
         return int(self.redis.zcard(self.key))
 
-    def end_dead_letters(self) -> list[str]:
-        """Fail the jobs whose message the broker dead-lettered, unless a run of theirs is
-        alive or they ended; returns the jobs failed."""
-        failed: list[str] = []
+    def overdue_s(self, now: float | None = None) -> float:
+        """How long the oldest entry has been due and unpublished (0: none is)."""
+        oldest = self.redis.zrange(self.key, 0, 0, withscores=True)
+        if not oldest:
+            return 0.0
+        return max(0.0, (time.time() if now is None else now) - float(oldest[0][1]))
 
-        def fail(job_id: str) -> None:
-            if job_id and self._fail_dead(job_id):
-                failed.append(job_id)
+    # -- refusals ------------------------------------------------------------------------------
+    def _quarantine(self, item: bytes | str, error: BrokerRefused) -> None:
+        text = item.decode() if isinstance(item, bytes) else item
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.zadd(self.quarantine_key, {text: time.time()})
+        pipe.zrem(self.key, item)
+        pipe.execute()
+        queue, _ = split(item)
+        log.error("broker.publish_refused", region=self.region.name, queue=queue, error=str(error))
+
+    @property
+    def quarantine_key(self) -> str:
+        return BROKER_QUARANTINE + self.region.name
+
+    def quarantined(self) -> int:
+        return int(self.redis.zcard(self.quarantine_key))
+
+    def release_quarantined(self) -> int:
+        """Put every quarantined entry back in the outbox, due now; returns how many."""
+        items: list[bytes] = self.redis.zrange(self.quarantine_key, 0, -1)  # type: ignore[assignment]
+        if not items:
+            return 0
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.zadd(self.key, dict.fromkeys(items, time.time()))
+        pipe.zrem(self.quarantine_key, *items)
+        pipe.execute()
+        return len(items)
+
+    # -- dead letters --------------------------------------------------------------------------
+    def end_dead_letters(self, max_deliveries: int = 3) -> dict[str, str]:
+        """Queue again, or fail, the jobs whose message the broker dead-lettered, unless a run
+        of theirs is alive or they ended; returns job id -> ``queued`` or ``failed``."""
+        handled: dict[str, str] = {}
+        sent: list[str] = []  # published once the dead letters are taken (the link is busy)
+
+        def handle(job_id: str) -> None:
+            if job_id and (outcome := self._dead_letter(job_id, max_deliveries, sent)):
+                handled[job_id] = outcome
 
         try:
-            self.link.take_dead(fail)
+            self.link.take_dead(handle)
         except BrokerUnavailable as error:
             log.warning("broker.dead_letters_unread", region=self.region.name, error=str(error))
-        return failed
+        self.deliver(sent)
+        return handled
 
-    def _fail_dead(self, job_id: str) -> bool:
+    def _dead_letter(self, job_id: str, max_deliveries: int, sent: list[str]) -> str | None:
+        counter = DEAD_LETTERED + job_id
+        returned = int(self.redis.incr(counter))
+        self.redis.expire(counter, DEAD_LETTER_COUNT_TTL_S)
+
         def change(record: JobRecord) -> None:
             if record.status.terminal or self.runs.live(record):
                 raise IllegalTransition(f"job {record.id} is {record.status.value}")
-            message = "its message was returned by workers past the broker's delivery limit"
-            record.end(JobState.FAILED, "worker_lost", message)
+            if max(record.attempts, returned) >= max_deliveries:
+                message = "its message was returned by workers past the broker's delivery limit"
+                record.end(JobState.FAILED, "worker_lost", message)
+            elif record.status is JobState.RUNNING:  # its run's lease lapsed
+                record.run = None  # the lost run's writes are refused from now on
+                record.transition(JobState.QUEUED)
+                record.worker, record.progress.step = None, 0
+
+        mine: list[str] = []
+
+        def push(pipe: redis.client.Pipeline, record: JobRecord) -> None:
+            mine.clear()  # a retried transaction adds its entry anew
+            if record.status is JobState.QUEUED:
+                message = AnimateMessages(self.region).for_job(record.id)
+                mine.append(self.add(pipe, self.region.queue, message))
+            else:
+                pipe.delete(counter)
 
         try:
-            self.store.update(job_id, change, watch=(RunLeases.key(job_id),))
+            record = self.store.update(job_id, change, also=push, watch=(RunLeases.key(job_id),))
         except (IllegalTransition, JobNotFound):
-            return False
-        log.warning("job.dead_lettered", job_id=job_id, region=self.region.name)
-        return True
+            return None
+        sent.extend(mine)
+        outcome = record.status.value
+        log.warning("job.dead_lettered", job_id=job_id, region=self.region.name, now=outcome)
+        return outcome

@@ -7,9 +7,9 @@ its tenant for :mod:`.listing` and :mod:`.tenants`), :mod:`.runs` (the lease of 
 run), :mod:`.workers` (heartbeats), :mod:`.outbox` (webhook deliveries), :mod:`.joblogs` (each
 job's log lines), :mod:`.erasure` (deleted jobs), :mod:`.usage` (its roll-up cursor and notes),
 :mod:`.retention` (finished jobs by tenant and end), :mod:`.broker_outbox` (messages on their
-way to a broker apart from the store) and
+way to a broker apart from the store, the ones it refused, dead-letter counts) and
 :mod:`.status` (read-only counts for the router), :mod:`.affinity` (what workers hold warm,
-their direct queues), :mod:`.sweeper` (its lease and the
+their direct queues), :mod:`.sweep_lease` (the sweeper's lease), :mod:`.sweeper` (the
 time a region lost its last worker) and :mod:`.backlog` with :mod:`.handoff` (the backlog; the
 admission script adds to it, and a move onto the GPU queue adds to the queued set).
 The routing table is written by the router and read by dispatchers (``dispatcher/routing``).
@@ -115,6 +115,10 @@ DIRECT_CLAIMS = KEY_PREFIX + "direct-claims:"  # + region -> hash worker -> hand
 # Celery messages on their way to a broker apart from the store (:mod:`.broker_outbox`):
 # "<queue> <message>" -> the time from which the relay publishes it.
 BROKER_OUTBOX = KEY_PREFIX + "broker-outbox:"  # + region -> zset entry -> publish from
+# Entries the broker refused for good, kept for an operator -> the time they were set aside;
+# and how often each job's message came back dead-lettered, expiring.
+BROKER_QUARANTINE = KEY_PREFIX + "broker-quarantine:"  # + region -> zset entry -> refused at
+DEAD_LETTERED = KEY_PREFIX + "dead-lettered:"  # + job id -> times its message was dead-lettered
 
 # A finished job's record is kept this long; its input bytes only until it is terminal.
 RECORD_TTL_S = 7 * 24 * 3600

@@ -46,19 +46,42 @@ def test_notices_for_this_worker_or_any_idle_one_start_loads(redis_client: redis
 
 def test_the_listener_thread_acts_on_published_notices(redis_client: redis.Redis) -> None:
     loads = Loads()
-    listener = PrefetchListener(redis_client, "pf", "me", loads, State())
+    listen_until_loaded(redis_client, loads)
+    assert loads.asked[0] == ["shake"]
+
+
+def listen_until_loaded(client: redis.Redis, loads: Loads) -> None:
+    """Run a listener for ``loads`` until a notice made it load."""
+    listener = PrefetchListener(client, "pf", "me", loads, State())
     listener.start()
     try:
         assert listener.subscribed.wait(10)
         deadline = time.monotonic() + 10
         # The subscription reaches the server just after ``subscribed`` is set: republish until
-        # the first notice lands (each is idempotent: a held add-on is not loaded twice).
+        # a notice loads (each is idempotent: a held add-on is not loaded twice).
         while not loads.arrived.wait(0.2):
-            assert time.monotonic() < deadline, "no notice arrived"
-            announce_prefetch(redis_client, "pf", ["shake"], "me")
-        assert loads.asked[0] == ["shake"]
+            assert time.monotonic() < deadline, "no notice loaded"
+            announce_prefetch(client, "pf", ["shake"], "me")
     finally:
         listener.stop()
+
+
+class FailingLoads(Loads):
+    """Loads whose first ask raises, as an add-on that fails to load would."""
+
+    def prefetch(self, names: list[str]) -> Any:
+        if not self.asked:
+            self.asked.append([])
+            raise ValueError("injected load failure")
+        return super().prefetch(names)
+
+
+def test_a_notice_that_fails_to_load_does_not_end_the_listening(
+    redis_client: redis.Redis,
+) -> None:
+    loads = FailingLoads()
+    listen_until_loaded(redis_client, loads)  # the first notice to land raises; a later loads
+    assert loads.asked[0] == [] and loads.asked[1] == ["shake"]
 
 
 class _Held:

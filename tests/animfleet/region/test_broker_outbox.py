@@ -149,7 +149,7 @@ def test_a_gone_workers_direct_queue_moves_to_the_shared_one(region: Region) -> 
     link.close()
 
 
-def test_a_message_returned_past_the_delivery_limit_fails_its_job(
+def test_a_dead_lettered_job_is_queued_again_until_it_used_its_deliveries(
     redis_client: redis.Redis, servers: LocalFleet, rabbitmq: LocalFleet
 ) -> None:
     region = Region(
@@ -159,21 +159,25 @@ def test_a_message_returned_past_the_delivery_limit_fails_its_job(
     )
     store = JobStore(redis_client)
     outbox = admit(store, region, "poison-1")
-    with Connection(region.broker_url) as connection:
-        queue = region_queue(region, region.queue).bind(connection.default_channel)
-        for _ in range(DELIVERY_LIMIT + 1):  # a worker that dies with it, every time
-            message = queue.get(no_ack=False)
-            assert message is not None
-            message.requeue()
-        assert queue.get(no_ack=False) is None  # dead-lettered, off the work queue
-    # RabbitMQ moves a dead letter on its own time (at least once): wait for it.
-    deadline = time.monotonic() + 30
-    while outbox.link.depth(dead_letter_queue(region)) == 0:
-        assert time.monotonic() < deadline, "not dead-lettered within 30 s"
-        time.sleep(0.05)
-    assert outbox.end_dead_letters() == ["poison-1"]
+    outcomes = []
+    for _ in range(2):  # max_deliveries 2: queued again once, then failed
+        with Connection(region.broker_url) as connection:
+            queue = region_queue(region, region.queue).bind(connection.default_channel)
+            for _ in range(DELIVERY_LIMIT + 1):  # a worker that dies with it, every time
+                message = queue.get(no_ack=False)
+                assert message is not None
+                message.requeue()
+            assert queue.get(no_ack=False) is None  # dead-lettered, off the work queue
+        # RabbitMQ moves a dead letter on its own time (at least once): wait for it.
+        deadline = time.monotonic() + 30
+        while outbox.link.depth(dead_letter_queue(region)) == 0:
+            assert time.monotonic() < deadline, "not dead-lettered within 30 s"
+            time.sleep(0.05)
+        outcomes.append(outbox.end_dead_letters(max_deliveries=2))
+    assert outcomes == [{"poison-1": "queued"}, {"poison-1": "failed"}]
     record = store.get("poison-1")
     assert record.status is JobState.FAILED
     assert record.error is not None and record.error.code == "worker_lost"
-    assert outbox.end_dead_letters() == []
+    assert outbox.end_dead_letters() == {}
+    assert outbox.link.depth(region.queue) == 0  # the failed job got no new message
     outbox.link.close()
