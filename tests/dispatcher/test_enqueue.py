@@ -10,8 +10,7 @@ import pytest
 import redis
 
 from animfleet.jobs import JobParams, JobRecord
-from animfleet.region.admission import Admission, AdmissionOutcome
-from animfleet.region.erasure import Erasure
+from animfleet.region.admission import AdmissionOutcome
 from animfleet.region.jobstore import JobStore
 from animfleet.region.messages import delivery_tag
 from animfleet.region.workers import WorkerRegistry
@@ -90,31 +89,3 @@ def test_a_bound_idempotency_key_returns_the_earlier_job(
     assert again.outcome == AdmissionOutcome.REPEAT and again.matched == 1
     assert json.loads(again.earlier or b"{}")["job_id"] == "q1.d"
     assert redis_client.llen("animate.q1") == 1
-
-
-def test_a_repeated_call_answers_what_it_did_and_records_the_uploads(
-    servers: LocalFleet, redis_client: redis.Redis
-) -> None:
-    queue = queue_for(servers, redis_client)
-    WorkerRegistry(redis_client, "q1").beat("gpu0", {}, ttl_s=30, busy=False)
-    script = queue.script
-    job = record("q1.once")
-    keys = [("{animfleet}:idem:key:k1", 60)]
-
-    def admit(nonce: str) -> Admission:
-        return script.admit(
-            job, b"img", mode="backlog", queue="animate.q1", allowance=0.0, idempotency=keys,
-            idempotency_entry="entry", index=True, uploads=["up/a.png", "up/b.png"], nonce=nonce,
-        )  # fmt: skip
-
-    first = admit("n1")
-    assert first.outcome is AdmissionOutcome.ADMITTED
-    # The reply was lost and the same call sent again: the same outcome, nothing written twice
-    # (the GPU slot it took would otherwise send the repeat to the backlog).
-    assert admit("n1") == first
-    assert script.recall(job.id, "n1") == first
-    assert redis_client.llen("animate.q1") == 1
-    # Another call (another nonce) is another submit: the key it finds bound answers.
-    assert admit("n2").outcome is AdmissionOutcome.REPEAT
-    assert script.recall(job.id, "n2") is None
-    assert Erasure(redis_client).uploads(job.id) == ["up/a.png", "up/b.png"]
