@@ -114,7 +114,9 @@ FAMILIES: dict[str, Family] = {
         Family(
             name="hunyuan",
             title="HunyuanVideo",
-            classes=("HunyuanVideoImageToVideoPipeline", "HunyuanVideo15ImageToVideoPipeline"),
+            # HunyuanVideo 1.5's pipeline (diffusers 0.42) takes no per-step callback, which
+            # progress and cancel need: not served until it does.
+            classes=("HunyuanVideoImageToVideoPipeline",),
             frame_step=4,
             max_frames=129,
             size_multiple=16,

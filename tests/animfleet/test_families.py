@@ -145,4 +145,4 @@ def test_an_unknown_class_is_refused_naming_it_and_the_families(tmp_path: Path) 
     assert "MochiPipeline" in message
     assert all(name in message for name in supported_classes())
     assert spec_of_checkpoint(write_checkpoint(tmp_path / "own", "AnimationPipeline")) is None
-    assert family_of("HunyuanVideo15ImageToVideoPipeline").name == "hunyuan"
+    assert family_of("HunyuanVideoImageToVideoPipeline").name == "hunyuan"
