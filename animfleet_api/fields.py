@@ -56,10 +56,24 @@ def aspect_problem(width: int, height: int) -> str | None:
     )
 
 
+SHOWN_CHARS = 80
+
+
 def shown(value: object) -> str:
-    """A refused value as an error message quotes it: its repr, cut to 80 characters."""
+    """A refused value as an error message quotes it: its repr when short; otherwise what it is
+    and its size, never a fragment of it (image data, a long text a caller sent)."""
+    if isinstance(value, str) and value.startswith("data:"):
+        return f"a data URI of {len(value)} characters"
+    if isinstance(value, bytes | bytearray):
+        return f"{len(value)} bytes"
     text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    if len(text) <= SHOWN_CHARS:
+        return text
+    if isinstance(value, str):
+        return f"a string of {len(value)} characters"
+    if isinstance(value, dict | list | tuple):
+        return f"{'an object' if isinstance(value, dict) else 'a list'} of {len(value)} items"
+    return f"a {type(value).__name__} value"
 
 
 # Constraints first, the JSON check around them: the schema keeps minimum and maximum.

@@ -39,9 +39,9 @@ from animfleet_api.fields import (
     WebhookEvents,
     WebhookUrl,
     aspect_problem,
-    shown,
     small_metadata,
 )
+from animfleet_api.reasons import refusal
 from dispatcher.errors import DispatcherError
 from dispatcher.png_pixels import bare_png_header, pixels_intact
 
@@ -201,4 +201,4 @@ def parse_request(**fields: Any) -> AnimationRequest:
         if first["type"] == "aspect_ratio":
             raise InvalidInput("width", first["msg"]) from None
         field = ".".join(str(part) for part in first["loc"]) or "request"
-        raise InvalidInput(field, f"{first['msg']} (got {shown(first.get('input'))})") from None
+        raise InvalidInput(field, refusal(first)) from None

@@ -103,9 +103,9 @@ def _all(
         else:
             yield Event(f"queued-{position}", "queued", data, Mark(QUEUED, -position))
         return
-    yield Event(
-        "queued", "queued", {"status": "queued", "queue_position": None}, Mark(QUEUED, -math.inf)
-    )
+    # Already past the queue when first read: the same keys, nothing left to estimate.
+    done = {"status": "queued", "queue_position": None, "estimated_start_at": None}
+    yield Event("queued", "queued", done, Mark(QUEUED, -math.inf))
     if record.started_at is not None:
         yield Event(
             "started",

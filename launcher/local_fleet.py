@@ -31,12 +31,14 @@ from launcher.local_cluster import LocalCluster
 from launcher.local_servers import (
     S3_ACCESS_KEY,
     S3_SECRET_KEY,
+    SEAWEEDFS_PORTS,
     SERVERS,
     StartedWhileUsed,
     free_port,
     redis_argv,
     seaweedfs_argv,
     signal_group,
+    stop_groups,
     wait_for,
 )
 
@@ -89,7 +91,7 @@ class LocalFleet(StartedWhileUsed):
     redis_port: int = 0
     cell_ports: dict[str, int] = field(default_factory=dict)  # each cell's own redis-server
     s3_port: int = 0
-    seaweedfs_ports: tuple[int, int, int] = (0, 0, 0)  # master, volume, filer
+    seaweedfs_ports: tuple[int, ...] = ()  # SeaweedFS's beside S3's (local_servers)
     _watchdog: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -166,21 +168,14 @@ class LocalFleet(StartedWhileUsed):
         for cluster in self.clusters.values():
             cluster.stop()
         if self._watchdog is not None and self._watchdog.stdin is not None:
-            self._watchdog.stdin.close()  # nothing left for it to stop: it exits
-            self._watchdog.wait()
+            self._watchdog.stdin.close()  # it stops what is left (nothing, or the unreaped), exits
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._watchdog.wait(1.0)  # in its own session: it finishes without us
             self._watchdog = None
 
     def _stop_together(self, names: list[str], grace_s: float) -> None:
-        stopping = [(name, self.processes.pop(name)) for name in names]
-        for _, process in stopping:
-            signal_group(process, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        for _, process in stopping:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(max(0.0, deadline - time.monotonic()))
-            # Past the grace period; or what an exited leader left behind in its group.
-            signal_group(process, signal.SIGKILL)
-            process.wait()
+        stopped = stop_groups([self.processes.pop(name) for name in names], grace_s)
+        for process in stopped:  # the unreaped stay listed: the watchdog's to end
             self._watch("-", process)
 
     def stop_process(self, name: str, timeout: float = 15.0) -> None:
@@ -292,9 +287,9 @@ class LocalFleet(StartedWhileUsed):
         os.kill(self.processes[name].pid, signum)
 
     def _start_seaweedfs(self) -> None:
-        self.s3_port = self.s3_port or free_port(with_grpc_offset=True)
-        if not all(self.seaweedfs_ports):
-            self.seaweedfs_ports = (free_port(True), free_port(True), free_port(True))
+        self.s3_port = self.s3_port or free_port()
+        if not self.seaweedfs_ports:
+            self.seaweedfs_ports = tuple(free_port() for _ in range(SEAWEEDFS_PORTS))
         self._spawn("seaweedfs", seaweedfs_argv(self.root, self.s3_port, self.seaweedfs_ports))
         from storage.s3 import S3Store
 

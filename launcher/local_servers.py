@@ -11,6 +11,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -32,9 +33,40 @@ def signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
         os.killpg(process.pid, signum)
 
 
+# How long a SIGKILLed process group may take to be gone before a stop moves on: a process
+# blocked in the kernel (an fsync to a busy disk) dies only once that call returns.
+KILLED_WAIT_S = 2.0
+
+
+def stop_groups(
+    processes: list[subprocess.Popen[bytes]], grace_s: float
+) -> list[subprocess.Popen[bytes]]:
+    """SIGTERM each process's group, SIGKILL past ``grace_s``; every wait bounded, so this ends
+    within ``grace_s`` + :data:`KILLED_WAIT_S` however loaded the machine. The processes that
+    are gone (reaped), in order; the others are still dying."""
+    for process in processes:
+        signal_group(process, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for process in processes:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(max(0.0, deadline - time.monotonic()))
+        # Past the grace period; or what an exited leader left behind in its group.
+        signal_group(process, signal.SIGKILL)
+    killed_by = time.monotonic() + KILLED_WAIT_S
+    gone = []
+    for process in processes:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(max(0.0, killed_by - time.monotonic()))
+            gone.append(process)
+    return gone
+
+
 def port_free(port: int) -> bool:
-    """Whether nothing listens on 127.0.0.1:``port`` (nor holds it)."""
+    """Whether nothing listens on 127.0.0.1:``port`` (nor holds it). Connections left in
+    TIME_WAIT by a fleet just stopped do not count: every server here binds with SO_REUSEADDR,
+    so the same ports serve again at once."""
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:
@@ -105,9 +137,14 @@ def redis_argv(port: int, root: Path, persistence: bool, databases: int) -> list
     ]
 
 
-def seaweedfs_argv(root: Path, s3_port: int, ports: tuple[int, int, int]) -> list[str]:
-    """A loopback SeaweedFS (master, volume, filer on ``ports``) with its S3 API on
-    ``s3_port``, data under ``root/seaweedfs`` and one identity with the local keys."""
+SEAWEEDFS_PORTS = 7  # beside S3's: master, volume, filer, then gRPC of those three and of S3
+
+
+def seaweedfs_argv(root: Path, s3_port: int, ports: tuple[int, ...]) -> list[str]:
+    """A loopback SeaweedFS with its S3 API on ``s3_port``, data under ``root/seaweedfs`` and one
+    identity with the local keys. ``ports`` (:data:`SEAWEEDFS_PORTS` of them) are every other
+    port it listens on, given explicitly: left to itself it takes each port + 10000 for gRPC,
+    outside the range the fleet was given."""
     data = root / "seaweedfs"
     data.mkdir(exist_ok=True)
     config = root / "s3.json"
@@ -118,7 +155,7 @@ def seaweedfs_argv(root: Path, s3_port: int, ports: tuple[int, int, int]) -> lis
             {"identities": [{"name": "animfleet", "credentials": [identity], "actions": actions}]}
         )
     )
-    master, volume, filer = ports
+    master, volume, filer, master_grpc, volume_grpc, filer_grpc, s3_grpc = ports
     weed = shutil.which("weed", path=str(Path(sys.executable).parent)) or "weed"
     return [
         weed,
@@ -127,10 +164,15 @@ def seaweedfs_argv(root: Path, s3_port: int, ports: tuple[int, int, int]) -> lis
         "-ip=127.0.0.1",
         "-ip.bind=127.0.0.1",
         f"-master.port={master}",
+        f"-master.port.grpc={master_grpc}",
+        "-master.telemetry=false",  # a local fleet reports nothing anywhere
         f"-volume.port={volume}",
+        f"-volume.port.grpc={volume_grpc}",
         f"-filer.port={filer}",
+        f"-filer.port.grpc={filer_grpc}",
         "-s3",
         f"-s3.port={s3_port}",
+        f"-s3.port.grpc={s3_grpc}",
         f"-s3.config={config}",
         "-s3.port.iceberg=0",
         "-s3.port.lance=0",

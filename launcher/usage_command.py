@@ -33,7 +33,7 @@ COLUMNS = (
 def add_usage_command(sub: Any) -> None:
     """The ``usage`` command (its parser only: nothing is imported until it runs)."""
     usage = sub.add_parser("usage", help="a tenant's jobs, GPU-seconds and bytes by day")
-    usage.add_argument("--tenant", required=True)
+    usage.add_argument("--tenant", default="default", help="whose use (default: default)")
     usage.add_argument("--from", dest="first", help="YYYY-MM-DD (UTC; default: 30 days back)")
     usage.add_argument("--to", dest="last", help="YYYY-MM-DD (UTC; default: today)")
     usage.add_argument("--csv", action="store_true", help="CSV on stdout (default: JSON lines)")

@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException
 from animfleet.errors import TransientError
 from animfleet.region.jobstore import IdempotencyConflict, JobNotFound
 from animfleet_api.errors import ApiProblem
-from animfleet_api.fields import shown
+from animfleet_api.reasons import refusal
 from dispatcher.admission import BacklogFull
 from dispatcher.client import EnqueueFailed
 from dispatcher.errors import DispatcherError
@@ -104,7 +104,7 @@ def _validation_error(_: Request, error: Exception) -> JSONResponse:
     field = ".".join(
         location[1:] if location[:1] in (["header"], ["path"], ["query"]) else location
     )
-    message = f"{field or 'body'}: {first.get('msg', 'invalid')} (got {shown(first.get('input'))})"
+    message = f"{field or 'body'}: {refusal(first)}"
     return error_response(ApiError(422, "invalid_input", message, field or "body"))
 
 

@@ -10,11 +10,12 @@ from functools import cache
 from pathlib import Path
 
 from fastapi import APIRouter
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
 
 from animfleet_api.bounds import MAX_PROMPT_CHARS
 
 PAGE = Path(__file__).with_name("static") / "playground.html"
+ICON = PAGE.with_name("favicon.svg")
 
 router = APIRouter()
 
@@ -37,4 +38,14 @@ def playground() -> HTMLResponse:
             "script-src 'self' 'unsafe-inline'; frame-ancestors 'none'",
             "X-Content-Type-Options": "nosniff",
         },
+    )
+
+
+@router.get("/favicon.svg", include_in_schema=False)
+@router.get("/favicon.ico", include_in_schema=False)  # what a browser asks for unprompted
+def favicon() -> Response:
+    return Response(
+        ICON.read_bytes(),
+        media_type="image/svg+xml",
+        headers={"Cache-Control": "max-age=86400", "X-Content-Type-Options": "nosniff"},
     )

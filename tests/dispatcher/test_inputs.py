@@ -51,7 +51,7 @@ def test_rejects_oversize_and_empty() -> None:
 @pytest.mark.parametrize(
     ("fields", "field", "shown"),
     [
-        ({"prompt": "x" * 501}, "prompt", "xxxx"),
+        ({"prompt": "x" * 501}, "prompt", "(got a string of 501 characters)"),  # no fragment
         ({"prompt": "   "}, "prompt", "'   '"),
         ({"prompt": "ok", "frames": 500}, "frames", "500"),
         ({"prompt": "ok", "frames": 1}, "frames", "1"),

@@ -26,7 +26,6 @@ from tests.sdk.test_typescript_sdk import build_typescript_sdk
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
-README_URL = "http://127.0.0.1:8000"
 
 
 def _frames(path: Path) -> int:
@@ -89,20 +88,22 @@ def test_the_quick_start_walks_as_printed(
     started = local_up("--storage", "s3")
     url, key = _printed(started)
 
-    # The README's snippet, with only what local up printed put in.
+    # The README's snippet as printed, after the export line local up printed, from a folder
+    # where tools/ is the checkout's (the README runs it from the repository's root).
     snippet = _readme_python()
-    assert README_URL in snippet and "printed by local up" in snippet
-    code = re.sub(r'"af_[^"]*printed by local up[^"]*"', repr(key), snippet)
-    (tmp_path / "cat.jpg").write_bytes(make_image(48, 32, seed=3, fmt="JPEG"))
+    assert "Animfleet()" in snippet and "tools/assets/example.png" in snippet
+    (tmp_path / "tools").symlink_to(ROOT / "tools")
+    exported = "export ANIMFLEET_URL=" + started.lines["export ANIMFLEET_URL"]
+    assert f"ANIMFLEET_API_KEY={key}" in exported
     done = subprocess.run(
-        [sys.executable, "-c", code.replace(README_URL, url)],
+        ["bash", "-c", f'{exported}\nexec {sys.executable} -c "$0"', snippet],
         cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "succeeded" in done.stdout and _frames(tmp_path / "cat.mp4") >= 8
+    assert "succeeded" in done.stdout and _frames(tmp_path / "example.mp4") >= 8
 
     # The printed export line, run as printed, points the CLI at this fleet.
     export = "export ANIMFLEET_FLEET_FILE=" + started.lines["export ANIMFLEET_FLEET_FILE"]
@@ -153,7 +154,7 @@ def test_the_quick_start_walks_as_printed(
         f"""
 import {{ readFileSync, writeFileSync }} from "node:fs";
 import {{ Animfleet }} from {json.dumps((built.parent / "dist" / "index.js").as_uri())};
-const api = new Animfleet({{ baseUrl: process.env.URL, apiKey: process.env.KEY }});
+const api = new Animfleet();  // ANIMFLEET_URL and ANIMFLEET_API_KEY
 const stored = await api.upload(readFileSync(process.env.IMAGE));
 const job = await api.submit({{ image: stored.key, prompt: "pan left", frames: 4, size: 64 }});
 const names = [];
@@ -175,7 +176,12 @@ console.log(JSON.stringify({{ names, logged, deleted, total: usage.total }}));
     node = shutil.which("node")
     assert node is not None
     out = tmp_path / "ts.mp4"
-    env = os.environ | {"URL": url, "KEY": key, "IMAGE": str(image), "OUT": str(out)}
+    env = os.environ | {
+        "ANIMFLEET_URL": url,
+        "ANIMFLEET_API_KEY": key,
+        "IMAGE": str(image),
+        "OUT": str(out),
+    }
     done = subprocess.run([node, str(script)], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])

@@ -53,12 +53,17 @@ def local_up(tmp_path: Path) -> Iterator[Callable[..., Started]]:
     started: list[subprocess.Popen[str]] = []
     readers: list[threading.Thread] = []
 
-    def start(*options: str, standin: bool = True) -> Started:
+    def start(*options: str, standin: bool = True, ignore_sigint: bool = False) -> Started:
+        """``ignore_sigint``: started as a shell starts a background job (``&`` in a script),
+        with SIGINT ignored."""
         if "--port" not in options:  # never 8000: other fleets may run beside this one
             options = (*options, "--port", str(free_port()))
         argv = [sys.executable, "-m", "launcher", "local", "up", "--root", str(tmp_path / "run")]
+        argv += ["--storage", "local", "--region", "one", "--model", "standin:0.2", *options]
+        if ignore_sigint:  # an ignored signal stays ignored through exec, as after bash's `&`
+            argv = ["bash", "-c", 'trap "" INT; exec "$@"', "bash", *argv]
         process = subprocess.Popen(
-            [*argv, "--storage", "local", "--region", "one", "--model", "standin:0.2", *options],
+            argv,
             cwd=ROOT,
             env={**os.environ, **(STANDIN if standin else {})},
             stdout=subprocess.PIPE,
@@ -77,9 +82,14 @@ def local_up(tmp_path: Path) -> Iterator[Callable[..., Started]]:
         deadline = time.monotonic() + 180
         while "export ANIMFLEET_FLEET_FILE" not in printed:
             try:
-                line = out.get(timeout=max(0.1, deadline - time.monotonic()))
+                line = out.get(timeout=1.0)
             except queue.Empty:
-                pytest.fail("local up printed no fleet file within 180 s")
+                if process.poll() is not None:  # exited: what it printed is read within 2 s
+                    deadline = min(deadline, time.monotonic() + 2.0)
+                if time.monotonic() < deadline:
+                    continue
+                said = "\n".join(err.get() for _ in range(err.qsize()))
+                pytest.fail(f"local up printed no fleet file (exit {process.poll()}):\n{said}")
             name, _, value = line.strip().partition(
                 "=" if line.strip().startswith("export") else ": "
             )

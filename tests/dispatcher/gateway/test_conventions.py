@@ -108,7 +108,7 @@ def test_the_playgrounds_curl_snippet_runs_as_shown(
     ran = subprocess.run(
         ["bash", "-ec", shown],
         cwd=tmp_path,
-        env={**os.environ, "ANIMFLEET_KEY": key},
+        env={**os.environ, "ANIMFLEET_API_KEY": key},
         check=True,
         capture_output=True,
         text=True,
@@ -116,3 +116,38 @@ def test_the_playgrounds_curl_snippet_runs_as_shown(
     answer = json.loads(ran.stdout)
     assert answer["status"] == "queued" and answer["error"] is None, answer
     assert answer["input"]["prompt"] == "it's windy"
+
+
+def test_the_playground_serves_its_favicon(s3_gateway: str) -> None:
+    page = httpx.get(f"{s3_gateway}/").text
+    assert '<link rel="icon" href="/favicon.svg"' in page
+    for path in ("/favicon.svg", "/favicon.ico"):  # the second: what browsers ask unprompted
+        icon = httpx.get(f"{s3_gateway}{path}")
+        assert icon.status_code == 200 and icon.headers["content-type"] == "image/svg+xml"
+        assert icon.content.startswith(b"<svg")
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "said"),
+    [
+        ({"frames": 10_000}, "frames", "frames: must be at most "),
+        ({"frames": "eight"}, "frames", "frames: must be an integer (got 'eight')"),
+        ({"prompt": None}, "prompt", "prompt: must be a string (got None)"),
+        ({"colour": "red"}, "colour", "colour: is not a field of this request"),
+        ({"image": "data:image/png;base64," + "iVBORw0KGgoAAAANSUhEUgAA" * 40}, "image", ""),
+    ],
+)
+def test_a_422_names_the_field_in_plain_words_and_never_echoes_image_data(
+    s3_gateway: str, tenants: Tenants, changes: dict[str, object], field: str, said: str
+) -> None:
+    key = tenants.create_key("refused").key
+    body = {"image": "data:image/png;base64,iVBORw0KGgo=", "prompt": "pan", **changes}
+    answer = httpx.post(
+        f"{s3_gateway}/v1/jobs", json=body, headers={"Authorization": f"Bearer {key}"}
+    )
+    assert answer.status_code == 422, answer.text
+    error = answer.json()["error"]
+    assert error["field"] == field and error["message"].startswith(said), error
+    for pydantic_wording in ("Input should", "Value error", "Field required", "should be"):
+        assert pydantic_wording not in error["message"], error
+    assert "iVBORw0KGgo" not in error["message"], error  # not a byte of the image
