@@ -76,9 +76,9 @@ def cmd_local_up(args: argparse.Namespace) -> int:
     _say(f"starting a local fleet in {fleet.root} ...")
     try:
         fleet.start()
-        checkpoint = model_dir is not None and (model_dir / "model_index.json").is_file()
-        if checkpoint and (ref := deploy_own_model(fleet.topology, model_dir)):
-            _say(f"serving {ref} ({class_name_of(model_dir)}) as the default deployment")
+        checkpoint = model_dir if model_dir and (model_dir / "model_index.json").is_file() else None
+        if checkpoint and (ref := deploy_own_model(fleet.topology, checkpoint)):
+            _say(f"serving {ref} ({class_name_of(checkpoint)}) as the default deployment")
         _print_fleet(fleet, args.tenant, time.monotonic() - started)
         while True:
             signal.pause()
