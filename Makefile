@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 .PHONY: venv lock docs browser test-sdk test-sdk-ts generate-sdk-ts generate-sdk-sync fuzz-api demo test test-unit test-e2e test-faults test-faults-cluster test-e2e-cluster test-stores test-faults-rabbitmq test-e2e-rabbitmq test-faults-variants loadtest lint typecheck clean bench \
 	bench-model bench-overhead bench-gateway bench-dispatch simulate sim-templates bench-placement \
 	bench-scale \
-	tune-model compile-model bench-aot bench-boot bench-versions eval-served
+	tune-model compile-model bench-aot bench-boot bench-versions bench-load eval-served
 
 TORCH := torch==2.13.0
 LOCK := requirements.lock
@@ -212,6 +212,13 @@ bench-boot: venv
 # version switch, interleaved in one run; PASS when the pool costs <= 1.10x per job.
 bench-versions: venv
 	$(PY) -m benchmarks.versions_pool --model $(SERVED_MODEL)
+
+# A model directory of LOAD_GB of random safetensors fetched from a local SeaweedFS as a worker
+# fetches it, and loaded from disk, each beside the raw read of the same bytes on this machine,
+# interleaved; PASS when each reaches 0.7x its raw read. Written under $TMPDIR, removed after.
+LOAD_GB ?= 2
+bench-load: venv
+	$(PY) -m benchmarks.bench_load --gb $(LOAD_GB)
 
 # Motion accuracy of the served configuration vs the fp32 eager model on held-out clips.
 eval-served: venv

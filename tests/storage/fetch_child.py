@@ -20,8 +20,13 @@ from storage.s3 import S3Store
 class StallingStore(S3Store):
     """The real S3 store, except that reads after the first ``stall_after`` never return."""
 
-    def __init__(self, stall_after: int, **kwargs: str) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, stall_after: int, bucket: str, endpoint_url: str) -> None:
+        super().__init__(
+            bucket,
+            endpoint_url,
+            access_key_id=S3_ACCESS_KEY,
+            secret_access_key=S3_SECRET_KEY,
+        )
         self.stall_after, self.reads = stall_after, 0
         self.lock, self.never = threading.Lock(), threading.Event()
 
@@ -36,13 +41,7 @@ class StallingStore(S3Store):
 
 def main(argv: list[str]) -> None:
     endpoint, bucket, ref, cache, part_bytes, stall_after = argv
-    store = StallingStore(
-        int(stall_after),
-        bucket=bucket,
-        endpoint_url=endpoint,
-        access_key_id=S3_ACCESS_KEY,
-        secret_access_key=S3_SECRET_KEY,
-    )
+    store = StallingStore(int(stall_after), bucket, endpoint)
     registry = ModelRegistry(store, part_bytes=int(part_bytes), threads=1)
     path = registry.fetch(ref, Path(cache))
     stats = registry.last_fetch
