@@ -1,0 +1,1 @@
+"""Serving image-to-video model families through diffusers pipelines."""
