@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from animfleet.addons import AddonUse
 from animfleet.brush import RegionUse
 from animfleet.errors import AnimfleetError, PermanentError
+from animfleet.families import Adjustment
 from animfleet_api.bounds import DEFAULT_PRIORITY as DEFAULT_PRIORITY
 from animfleet_api.bounds import DEFAULT_TENANT as DEFAULT_TENANT
 from animfleet_api.bounds import MAX_PRIORITY as MAX_PRIORITY
@@ -159,6 +160,14 @@ class JobParams(BaseModel):
     # clip loops seamlessly (:mod:`animfleet.brush`); none and False: as before brushes.
     regions: tuple[RegionUse, ...] = ()
     loop: bool = False
+    # What a generative family reads besides the prompt: what to steer away from, and the
+    # guidance scale (None: the model's default).
+    negative_prompt: str | None = None
+    guidance: float | None = None
+    # The model's family (its pipeline class) and what its rules changed, asked vs delivered
+    # (:mod:`animfleet.families`); None and none: the built-in model, nothing changed.
+    family: str | None = None
+    adjustments: tuple[Adjustment, ...] = ()
 
 
 class WebhookAttempt(BaseModel):

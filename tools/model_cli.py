@@ -9,6 +9,12 @@ from typing import Any
 
 
 def cmd_model_init(args: argparse.Namespace) -> int:
+    if args.family is not None:
+        from tools.families.tiny import build_tiny
+
+        path = build_tiny(args.family, args.directory, seed=args.seed)
+        print(f"wrote a tiny random-weight {args.family} checkpoint to {path}")
+        return 0
     from workers.model.pipelines.build import init_model
 
     path = init_model(args.directory, seed=args.seed)
@@ -76,6 +82,11 @@ def add_model_commands(sub: Any) -> None:
     init = model.add_parser("init", help="write a random-weight pipeline directory")
     init.add_argument("directory", help="where to write it")
     init.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    init.add_argument(
+        "--family",
+        help="a tiny checkpoint of an image-to-video family instead of the built-in model: "
+        "svd, ltx, ltx-condition, wan, wan2.2, cogvideox",
+    )
     init.set_defaults(func=cmd_model_init)
     tune = model.add_parser(
         "tune", help="measure serving configurations; write the fastest correct as the profile"

@@ -17,10 +17,12 @@ import numpy.typing as npt
 import torch
 
 from animfleet.errors import PermanentError
+from animfleet.families import UnknownFamily
 from animfleet.jobs import JobParams
 from animfleet.shipped_models import resolve_model
 from workers.errors import WorkerError
 from workers.model.addons.store import AddonError, AddonStore, job_addons, open_addons
+from workers.model.families.base import FamilyPipeline
 from workers.model.imaging.brush import BrushPlan
 from workers.model.imaging.templates import DEFAULT_MAX_BYTES, Features, TemplateCache
 from workers.model.pipelines.animation import StepCallback, describe
@@ -28,7 +30,6 @@ from workers.model.pipelines.brushed import job_motion
 from workers.model.pipelines.generation import GenerationParams
 from workers.model.pipelines.masked import animate_masked, encoder, regionizer, whole_frame
 from workers.model.pipelines.render import render_job, renders
-from workers.model.pipelines.svd import SVD_CLASS, pipeline_class_name
 from workers.model.runtime.aot import AOTDenoiser, load_packages
 from workers.model.runtime.aot import log as aot_log
 from workers.model.runtime.aot_share import SharedPackages
@@ -93,10 +94,16 @@ class Animator:
         self.model_dir = Path(model_dir)
         self.variant = variant or Variant(name=self.model_dir.name)
         self.verify_psnr_db = verify_psnr_db
-        if pipeline_class_name(model_dir) == SVD_CLASS and self.variant.passes_per_step != 2:
-            self.variant = replace(self.variant, passes_per_step=2)
         self.device = device
-        self.pipeline: Any = load_pipeline(model_dir, self.variant)
+        try:
+            self.pipeline: Any = load_pipeline(model_dir, self.variant)
+        except UnknownFamily as error:
+            raise ModelError(str(error)) from error
+        # A diffusers family's pipeline (SVD, LTX-Video, Wan, ...) rather than the built-in model.
+        self.family: FamilyPipeline | None = None
+        if isinstance(self.pipeline, FamilyPipeline):
+            self.family = self.pipeline
+            self.variant = replace(self.variant, passes_per_step=self.family.passes_per_step)
         if device != "cpu":
             self.pipeline.to(device)
         if getattr(self.pipeline, "guidance_distilled", False):
@@ -105,7 +112,7 @@ class Animator:
             log.warning("model.block_cache_eager block caching runs eagerly; not compiling")
             compile = False
         self.block_cache: BlockCache | None = install_block_cache(
-            self.pipeline.unet, self.variant.block_cache
+            getattr(self.pipeline, "unet", None), self.variant.block_cache
         )
         # Per-image work (fitted frames, image features) for masked jobs, kept across jobs.
         self.templates = TemplateCache(
@@ -136,7 +143,7 @@ class Animator:
         self.warmup_time_s = 0.0
         self.info: dict[str, Any] = {
             "model": str(model_dir),
-            **describe(self.pipeline),
+            **(self.family.describe() if self.family else describe(self.pipeline)),
             "scheduler": self.variant.scheduler,
             "context_dedup": self.variant.context_dedup,
             "attention": self.variant.attention,
@@ -370,7 +377,7 @@ class Animator:
             with self._kernels(), self._addons_active(params, inputs):
                 # The U-Net at its working size, then rendered (with the brush's motion).
                 generation = GenerationParams.for_job(params, self.variant)
-                if renders(*pixels.shape[:2]) or brush is not None:
+                if self.family is None and (renders(*pixels.shape[:2]) or brush is not None):
                     return render_job(self.pipeline, pixels, generation, on_step, brush)
                 frames: npt.NDArray[np.uint8] = self.pipeline(pixels, generation, on_step, **extra)
         except (RuntimeError, ValueError) as error:

@@ -24,7 +24,9 @@ class Served(Protocol):
 @dataclass(frozen=True)
 class GenerationParams:
     """The prompt, the clip's length and frame rate, the sampler's steps, the two guidance
-    scales (image, text) and the noise seed: the same for every pipeline that animates."""
+    scales (image, text) and the noise seed: the same for every pipeline that animates. A
+    generative family also reads the negative prompt, the job's own guidance scale (None: the
+    family's default) and whether the last frame is conditioned to equal the first (loop)."""
 
     prompt: str
     num_frames: int
@@ -33,6 +35,9 @@ class GenerationParams:
     image_guidance_scale: float = 1.5
     text_guidance_scale: float = 3.0
     seed: int = 0
+    negative_prompt: str = ""
+    guidance_scale: float | None = None
+    loop: bool = False
 
     @classmethod
     def for_job(cls, job: JobParams, served: Served) -> GenerationParams:
@@ -46,6 +51,9 @@ class GenerationParams:
             image_guidance_scale=served.image_guidance_scale,
             text_guidance_scale=served.text_guidance_scale,
             seed=job.seed,
+            negative_prompt=job.negative_prompt or "",
+            guidance_scale=job.guidance,
+            loop=job.loop,
         )
 
     def guidance(self, device: torch.device | str) -> torch.Tensor:

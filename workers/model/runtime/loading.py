@@ -17,21 +17,23 @@ from diffusers.utils import logging as diffusers_logging
 from PIL import Image, ImageOps
 from transformers.utils import logging as transformers_logging
 
+from animfleet.families import class_name_of
+from workers.model.families.registry import load_family
 from workers.model.networks.attention import install_context_dedup
 from workers.model.pipelines.animation import AnimationPipeline
 from workers.model.pipelines.schedulers import make_scheduler
-from workers.model.pipelines.svd import SVD_CLASS, SVDAnimation, pipeline_class_name
 from workers.model.runtime.profile import SAFE, Attention, Choice, Precision, lookup
 from workers.settings import WorkerSettings
 
 log = logging.getLogger("animfleet.worker.model")
 
+BUILT_IN_CLASS = AnimationPipeline.__name__  # the project's own motion model
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 # The VAE runs in fp32 in both precisions. It encodes one image and decodes once per video, and
 # on this CPU bf16 did not reliably pay there (`make bench-model`'s VAE line: 8 frames at 64x64
 # 1.6 s fp32 vs 1.3 s bf16, at 128x128 4.5 s vs 6.0 s) while it moves the frames to ~48 dB PSNR
-# on its own. SVD directories keep diffusers' behaviour: their pipeline feeds the VAE latents in
-# the model dtype.
+# on its own. Family checkpoints (SVD, LTX-Video, Wan, ...) keep diffusers' behaviour: their
+# pipelines feed the VAE latents in the model dtype.
 VAE_DTYPE = torch.float32
 
 
@@ -86,20 +88,20 @@ def prepare_image(data: bytes, width: int, height: int) -> npt.NDArray[np.uint8]
 
 
 def load_pipeline(model_dir: str | Path, variant: Variant) -> Any:
-    """An ``AnimationPipeline``, or an :class:`SVDAnimation` for an SVD checkpoint directory,
-    in the variant's precision and with its scheduler and attention processor."""
+    """An ``AnimationPipeline`` in the variant's precision with its scheduler and attention
+    processor; or, for a directory whose ``model_index.json`` names another pipeline class, its
+    family's adapter (:mod:`workers.model.families`), which refuses a class no family serves
+    (:class:`animfleet.families.UnknownFamily`)."""
     diffusers_logging.disable_progress_bar()
     diffusers_logging.set_verbosity_error()
     transformers_logging.disable_progress_bar()
     transformers_logging.set_verbosity_error()
     dtype = DTYPES[variant.precision]
-    pipe: Any
-    if pipeline_class_name(model_dir) == SVD_CLASS:
-        pipe = SVDAnimation.from_pretrained(model_dir, dtype=dtype)
-    else:
-        dtypes = {"default": dtype, "vae": VAE_DTYPE}
-        pipe = AnimationPipeline.from_pretrained(str(model_dir), dtype=dtypes)
-        pipe.scheduler = make_scheduler(variant.scheduler, pipe.scheduler.config)
+    if class_name_of(model_dir) != BUILT_IN_CLASS:
+        return load_family(model_dir, dtype=dtype)
+    dtypes = {"default": dtype, "vae": VAE_DTYPE}
+    pipe = AnimationPipeline.from_pretrained(str(model_dir), dtype=dtypes)
+    pipe.scheduler = make_scheduler(variant.scheduler, pipe.scheduler.config)
     pipe.set_progress_bar_config(disable=True)
     if variant.context_dedup:
         install_context_dedup(pipe.unet)

@@ -3,10 +3,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from animfleet.families import class_name_of
 from animfleet.jobs import JobParams
 from workers.model import Animator
+from workers.model.families.svd import SVDFamily
 from workers.model.pipelines.build import init_model
-from workers.model.pipelines.svd import SVD_CLASS, SVDAnimation, pipeline_class_name
 
 
 @pytest.fixture(scope="module")
@@ -17,9 +18,9 @@ def svd_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_svd_directory_loads_with_diffusers_class_and_animates(
     svd_model: Path, make_image: object
 ) -> None:
-    assert pipeline_class_name(svd_model) == SVD_CLASS
+    assert class_name_of(svd_model) == "StableVideoDiffusionPipeline"
     animator = Animator(svd_model)
-    assert isinstance(animator.pipeline, SVDAnimation)
+    assert isinstance(animator.pipeline, SVDFamily)
     assert animator.variant.passes_per_step == 2  # image-only classifier-free guidance
     steps: list[tuple[int, int]] = []
     params = JobParams(prompt="ignored", frames=3, fps=7, width=32, height=24, seed=1, steps=2)

@@ -1,0 +1,1 @@
+"""Offline builders for the served image-to-video families."""
