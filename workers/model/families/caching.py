@@ -33,8 +33,14 @@ PYRAMID_SKIP_RANGE = 2
 TAYLORSEER_ATTENTION = r"^[^.]*blocks\.\d+\.attn\d*$"
 
 
+def diffusers_pipe(pipe: Any) -> Any:
+    """The diffusers pipeline itself: ``pipe``, or the one a family adapter holds (``.pipe``)."""
+    return getattr(pipe, "pipe", pipe)
+
+
 def denoiser(pipe: Any) -> nn.Module:
     """The pipeline's denoiser: its ``transformer`` (DiT families) or ``unet`` (SVD)."""
+    pipe = diffusers_pipe(pipe)
     module = getattr(pipe, "transformer", None) or getattr(pipe, "unet", None)
     if not isinstance(module, nn.Module):
         raise ValueError(f"{type(pipe).__name__} has neither a transformer nor a unet")
@@ -156,6 +162,6 @@ def enable_cache(pipe: Any, cache: Cache, steps: int, mag_ratios: list[float] | 
         config = PyramidAttentionBroadcastConfig(
             spatial_attention_block_skip_range=PYRAMID_SKIP_RANGE,
             spatial_attention_timestep_skip_range=(100, 800),
-            current_timestep_callback=lambda: int(pipe.current_timestep),
+            current_timestep_callback=lambda: int(diffusers_pipe(pipe).current_timestep),
         )
     denoiser(pipe).enable_cache(config)  # type: ignore[operator]

@@ -18,7 +18,7 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from workers.model.families.caching import Cache, denoiser, enable_cache
+from workers.model.families.caching import Cache, denoiser, diffusers_pipe, enable_cache
 from workers.model.families.fit import MemoryPlan
 from workers.model.runtime.profile import PSNR_FLOOR_DB
 
@@ -139,6 +139,20 @@ class _Profiles(BaseModel):
     devices: dict[str, FamilyProfile] = Field(default_factory=dict)
 
 
+# The diffusers class of each scheduler swap a family's rules name. "flow-match Euler shift" is
+# a setting of the checkpoint's own scheduler, not another class: nothing to swap.
+SWAP_CLASSES = {
+    "UniPC flow": "UniPCMultistepScheduler",
+    "DPM-Solver++ flow": "DPMSolverMultistepScheduler",
+    "CogVideoX DPM": "CogVideoXDPMScheduler",
+}
+
+
+def scheduler_swaps(named: tuple[str, ...]) -> tuple[str, ...]:
+    """The scheduler classes to try for a family's named swaps."""
+    return tuple(SWAP_CLASSES[swap] for swap in named if swap in SWAP_CLASSES)
+
+
 def set_scheduler(pipe: Any, name: str) -> None:
     """Replace the pipeline's scheduler by diffusers class ``name``, from the same config
     (a flow-matching checkpoint's swap keeps flow sigmas); raises ValueError for a name
@@ -148,9 +162,11 @@ def set_scheduler(pipe: Any, name: str) -> None:
     cls = getattr(diffusers, name, None)
     if cls is None or not hasattr(cls, "from_config"):
         raise ValueError(f"diffusers has no scheduler {name!r}")
+    pipe = diffusers_pipe(pipe)
     config = dict(pipe.scheduler.config)
     if "FlowMatch" in type(pipe.scheduler).__name__ and "FlowMatch" not in name:
-        config.update(prediction_type="flow_prediction", use_flow_sigmas=True)
+        shift = config.get("shift", 1.0)
+        config.update(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=shift)
     pipe.scheduler = cls.from_config(config)
 
 
@@ -160,9 +176,11 @@ def apply_choice(
     steps: int,
     mag_ratios: list[float] | None = None,
 ) -> Any:
-    """Set ``choice`` on a freshly loaded pipeline (in place) and return it. The VAE stays
+    """Set ``choice`` on a freshly loaded pipeline (a diffusers pipeline or a family adapter
+    holding one) in place and return it. The VAE stays
     fp32 (it decodes once per video and is the most precision-sensitive part). Raises
     ValueError (or diffusers' own error) when an option cannot apply to this pipeline."""
+    loaded, pipe = pipe, diffusers_pipe(pipe)
     module = denoiser(pipe)
     if choice.precision != "fp32":
         module.to(DTYPES[choice.precision])
@@ -184,4 +202,4 @@ def apply_choice(
         if not getattr(module, "_repeated_blocks", None):
             raise ValueError(f"{type(module).__name__} declares no repeated blocks to compile")
         module.compile_repeated_blocks(fullgraph=False, dynamic=False)  # type: ignore[operator]
-    return pipe
+    return loaded
