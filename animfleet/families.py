@@ -25,6 +25,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 
+# The project's own motion model (its pipeline class); every other class must be a family's.
+BUILT_IN_CLASS = "AnimationPipeline"
+
+
 class UnknownFamily(ValueError):
     """A checkpoint whose pipeline class no family serves."""
 
@@ -130,10 +134,9 @@ def family_of(class_name: str) -> Family:
     supported families."""
     family = _BY_CLASS.get(class_name)
     if family is None:
-        served = ", ".join(f"{f.title} ({', '.join(f.classes)})" for f in FAMILIES.values())
         raise UnknownFamily(
             f"pipeline class {class_name!r} is not a supported image-to-video family; "
-            f"supported: {served}"
+            f"supported: the built-in {BUILT_IN_CLASS} and {supported_message()}"
         )
     return family
 
@@ -170,6 +173,10 @@ def class_name_of(model_dir: str | Path) -> str:
     """The ``_class_name`` a ``save_pretrained`` directory names ("" when it names none)."""
     index = json.loads((Path(model_dir) / "model_index.json").read_text())
     return str(index.get("_class_name", ""))
+
+
+def supported_message() -> str:
+    return ", ".join(f"{f.title} ({', '.join(f.classes)})" for f in FAMILIES.values())
 
 
 def _config(model_dir: Path, part: str) -> dict[str, Any]:
@@ -240,6 +247,14 @@ def read_spec(model_dir: str | Path) -> FamilySpec:
         reads_text=family.reads_text,
         loops=loops,
     )
+
+
+def spec_of_checkpoint(model_dir: str | Path) -> FamilySpec | None:
+    """The family spec of a checkpoint to push or serve: None for the built-in model; raises
+    :class:`UnknownFamily` for a class no family serves."""
+    if class_name_of(model_dir) == BUILT_IN_CLASS:
+        return None
+    return read_spec(model_dir)
 
 
 class Adjustment(BaseModel):

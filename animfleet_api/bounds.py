@@ -13,6 +13,8 @@ PROMPT_PATTERN = r"^[^\x00-\x08\x0b-\x1f]*[^\s\x00-\x1f][^\x00-\x08\x0b-\x1f]*$"
 MIN_FRAMES, MAX_FRAMES, DEFAULT_FRAMES = 2, 32, 8
 MIN_FPS, MAX_FPS, DEFAULT_FPS = 1, 60, 8
 MIN_STEPS, MAX_STEPS = 1, 100
+# A generative family's guidance scale (what it scales: the model's family table).
+MAX_GUIDANCE = 20.0
 MAX_SEED = 2**32 - 1
 
 # Sides are multiples of SIDE_STEP. Up to FREE_ASPECT_SIDE any aspect ratio; above, one of

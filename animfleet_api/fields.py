@@ -75,6 +75,18 @@ Prompt = Annotated[
     ),
     AfterValidator(_printable),
 ]
+NegativePrompt = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=b.MAX_PROMPT_CHARS,
+        json_schema_extra={"pattern": b.PROMPT_PATTERN},
+        description="what to steer away from (models that read text)",
+        examples=["blurry, distorted"],
+    ),
+    AfterValidator(_printable),
+]
+Guidance = Annotated[float, Field(ge=0.0, le=b.MAX_GUIDANCE)]
 Frames = Annotated[int, Field(ge=b.MIN_FRAMES, le=b.MAX_FRAMES), _INTEGER]
 Fps = Annotated[int, Field(ge=b.MIN_FPS, le=b.MAX_FPS), _INTEGER]
 Side = Annotated[int, Field(ge=b.MIN_SIDE, le=b.MAX_SIDE, multiple_of=b.SIDE_STEP), _INTEGER]

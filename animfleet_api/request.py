@@ -20,9 +20,11 @@ from animfleet_api.fields import (
     Deadline,
     Fps,
     Frames,
+    Guidance,
     IdempotencyKey,
     ImageField,
     ModelRef,
+    NegativePrompt,
     Priority,
     Prompt,
     Scale,
@@ -146,6 +148,16 @@ class JobRequest(BaseModel):
         default=None,
         description="a seamless loop: the last frame leads into the first",
         json_schema_extra={"default": False},
+    )
+    negative_prompt: NegativePrompt | None = Field(
+        default=None,
+        description="what the video should not show; only models that read text (422 else)",
+    )
+    guidance: Guidance | None = Field(
+        default=None,
+        description="the model's guidance scale (default: the model's; what it scales depends "
+        "on the model's family)",
+        json_schema_extra=_default(None),
     )
     webhook: WebhookUrl | None = Field(default=None, description="URL that receives signed events")
     webhook_events_filter: WebhookEvents | None = None

@@ -36,6 +36,7 @@ from dispatcher.admission import (
 )
 from dispatcher.brush_input import check_region_masks, take_region_masks
 from dispatcher.errors import DispatcherError
+from dispatcher.family_fit import fit_to_family
 from dispatcher.inputs import (
     AnimationRequest,
     InvalidInput,
@@ -207,6 +208,7 @@ class Client(JobLookup):
         fingerprint = records.fingerprint(inputs, request, home)
         sticky = idempotency_key or job_id or secrets.token_hex(8)
         choice = self.versions.choose(home, request.model, sticky)
+        request, choice = fit_to_family(request, choice, size_given=given != (None, None))
         self.addons.check(home, request.addons)
         outcome: list[JobHandle] = []
         waiting: list[str] = []  # this job's entry in its home's waiting set, once it waits

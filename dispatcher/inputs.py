@@ -26,7 +26,9 @@ from animfleet_api.fields import (
     Deadline,
     Fps,
     Frames,
+    Guidance,
     ModelRef,
+    NegativePrompt,
     Priority,
     Prompt,
     Seed,
@@ -157,6 +159,9 @@ class AnimationRequest(BaseModel):
     # Motion-brush regions (masks taken off by dispatcher.brush_input) and a seamless loop.
     regions: tuple[RegionUse, ...] = ()
     loop: bool = False
+    # What a generative family reads besides the prompt (checked against it at placement).
+    negative_prompt: NegativePrompt | None = None
+    guidance: Guidance | None = None
     webhook_url: WebhookUrl | None = None
     webhook_events_filter: WebhookEvents | None = None
     # Seconds from submission: not started by then -> expired; not finished -> canceled.

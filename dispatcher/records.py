@@ -47,6 +47,10 @@ def new_record(
             image_sha256=inputs.image_sha256,
             regions=request.regions,
             loop=request.loop,
+            negative_prompt=request.negative_prompt,
+            guidance=request.guidance,
+            family=choice.family.pipeline_class if choice.family else None,
+            adjustments=choice.adjustments,
         ),
         webhook_url=request.webhook_url,
         webhook_events=list(request.webhook_events_filter or WEBHOOK_EVENTS),
@@ -70,6 +74,7 @@ def fingerprint(inputs: PreparedInputs, request: AnimationRequest, home: str) ->
     unused = {"addons"} if not request.addons else set()
     unused |= {"regions"} if not request.regions else set()
     unused |= {"loop"} if not request.loop else set()
+    unused |= {name for name in ("negative_prompt", "guidance") if getattr(request, name) is None}
     digest.update(request.model_dump_json(exclude=unused or None).encode())
     digest.update(home.encode())
     return digest.hexdigest()

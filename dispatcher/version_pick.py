@@ -13,10 +13,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import redis
 
+from animfleet.families import Adjustment, FamilySpec
 from animfleet.region.catalog import CatalogEntry, ModelCatalog
 from animfleet.region.deployments import Deployment, Deployments
 from animfleet.versions import DEFAULT_DEPLOYMENT, is_pinned, sticky_fraction
@@ -26,10 +27,13 @@ from dispatcher.inputs import InvalidInput
 @dataclass(frozen=True)
 class Choice:
     """What decided (``model``: a deployment or a pinned ref; ``None``: the worker's own model)
-    and the version picked (``None`` with it)."""
+    and the version picked (``None`` with it); for a version of an image-to-video family, its
+    rules and what they changed in the job (:mod:`dispatcher.family_fit`)."""
 
     model: str | None
     version: str | None
+    family: FamilySpec | None = None
+    adjustments: tuple[Adjustment, ...] = ()
 
 
 WORKER_MODEL = Choice(None, None)  # no deployment: the worker serves its own model
@@ -40,6 +44,7 @@ class _Snapshot:
     at: float
     deployments: dict[str, Deployment]
     versions: frozenset[str]
+    families: dict[str, FamilySpec]  # by version, for those of an image-to-video family
 
     def knows(self, name: str | None) -> bool:
         return name is None or name in self.versions or name in self.deployments
@@ -62,10 +67,12 @@ class VersionChooser:
         if held is not None and time.monotonic() - held.at < self.ttl_s and held.knows(knows):
             return held
         client = self.redis_of(region)
+        entries = ModelCatalog(client, region).entries()
         fresh = _Snapshot(
             time.monotonic(),
             Deployments(client, region).all(),
-            frozenset(ModelCatalog(client, region).refs()),
+            frozenset(entry.ref for entry in entries),
+            {entry.ref: entry.family for entry in entries if entry.family is not None},
         )
         with self._lock:
             self._snapshots[region] = fresh
@@ -79,26 +86,40 @@ class VersionChooser:
             default = snapshot.deployments.get(DEFAULT_DEPLOYMENT)
             if default is None:
                 return WORKER_MODEL
-            return Choice(DEFAULT_DEPLOYMENT, default.pick(sticky_fraction(sticky_key)))
+            return self._with_family(
+                region, Choice(DEFAULT_DEPLOYMENT, default.pick(sticky_fraction(sticky_key)))
+            )
         if is_pinned(model):
             if model not in snapshot.versions:
                 known = ", ".join(sorted(snapshot.versions)) or "none"
                 raise InvalidInput(
                     "model", f"region {region} has no version {model!r} (it has: {known})"
                 )
-            return Choice(model, model)
+            return self._with_family(region, Choice(model, model))
         deployment = snapshot.deployments.get(model)
         if deployment is None:
             known = ", ".join(sorted(snapshot.deployments)) or "none"
             raise InvalidInput(
                 "model", f"region {region} has no deployment {model!r} (it has: {known})"
             )
-        return Choice(model, deployment.pick(sticky_fraction(sticky_key)))
+        return self._with_family(
+            region, Choice(model, deployment.pick(sticky_fraction(sticky_key)))
+        )
 
     def listing(self, region: str) -> tuple[dict[str, Deployment], list[CatalogEntry]]:
         """``region``'s deployments and registry versions, read now (``GET /v1/models``)."""
         client = self.redis_of(region)
         return Deployments(client, region).all(), ModelCatalog(client, region).entries()
+
+    def _with_family(self, region: str, choice: Choice) -> Choice:
+        return replace(choice, family=self.family(region, choice.version))
+
+    def family(self, region: str, version: str | None) -> FamilySpec | None:
+        """The family rules ``version`` was pushed with in ``region`` (None: the built-in model,
+        or the workers' own model)."""
+        if version is None:
+            return None
+        return self._snapshot(region, version).families.get(version)
 
     def serves(self, region: str, version: str | None) -> bool:
         """Whether ``region`` can run ``version`` (any region runs its workers' own model)."""

@@ -60,6 +60,7 @@ def _check_ref(ref: str) -> None:
 
 
 def _source(value: str) -> Path:
+    from animfleet.families import UnknownFamily, spec_of_checkpoint
     from animfleet.shipped_models import resolve_model
 
     path = resolve_model(value)
@@ -67,12 +68,17 @@ def _source(value: str) -> Path:
         raise CliError(f"no model directory or shipped model named {value!r}", EX_USAGE)
     if not (path / "model_index.json").is_file():
         raise CliError(f"{path} is not a model directory (it has no model_index.json)", EX_USAGE)
+    try:
+        spec_of_checkpoint(path)
+    except UnknownFamily as error:
+        raise CliError(f"{path}: {error}", EX_USAGE) from None
     return path
 
 
 def cmd_model_push(args: argparse.Namespace) -> int:
     """Push to every chosen region; refuses before uploading anything if any region already
     holds ``ref`` with other content (versions are immutable)."""
+    from animfleet.families import spec_of_checkpoint
     from animfleet.region.catalog import CatalogEntry, ModelCatalog
     from animfleet.region.store_client import store_client
     from storage import StorageError
@@ -103,6 +109,7 @@ def cmd_model_push(args: argparse.Namespace) -> int:
                 bytes=manifest.bytes,
                 files=len(manifest.files),
                 pushed_at=manifest.pushed_at,
+                family=spec_of_checkpoint(source),
             )
             client = store_client(region.store)
             try:

@@ -14,6 +14,7 @@ import time
 import redis
 from pydantic import BaseModel
 
+from animfleet.families import FamilySpec
 from animfleet.region.keys import MODEL_CATALOG
 
 
@@ -25,6 +26,8 @@ class CatalogEntry(BaseModel):
     bytes: int
     files: int
     pushed_at: float = 0.0
+    # The image-to-video family's rules for this checkpoint (None: the built-in model).
+    family: FamilySpec | None = None
 
 
 class ModelCatalog:

@@ -17,7 +17,7 @@ from diffusers.utils import logging as diffusers_logging
 from PIL import Image, ImageOps
 from transformers.utils import logging as transformers_logging
 
-from animfleet.families import class_name_of
+from animfleet.families import BUILT_IN_CLASS, class_name_of
 from workers.model.families.registry import load_family
 from workers.model.networks.attention import install_context_dedup
 from workers.model.pipelines.animation import AnimationPipeline
@@ -27,7 +27,6 @@ from workers.settings import WorkerSettings
 
 log = logging.getLogger("animfleet.worker.model")
 
-BUILT_IN_CLASS = AnimationPipeline.__name__  # the project's own motion model
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 # The VAE runs in fp32 in both precisions. It encodes one image and decodes once per video, and
 # on this CPU bf16 did not reliably pay there (`make bench-model`'s VAE line: 8 frames at 64x64
