@@ -11,7 +11,6 @@ recorded beside it. :mod:`workers.model.families.tune` measures the choices; the
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from workers.model.families.caching import Cache, denoiser, diffusers_pipe, enable_cache
 from workers.model.families.fit import MemoryPlan
-from workers.model.runtime.profile import PSNR_FLOOR_DB
+from workers.model.runtime.profile import PSNR_FLOOR_DB, weights_hash
 
 FAMILY_PROFILE_FILE = "family_profile.json"
 
@@ -95,16 +94,9 @@ class FamilyProfile(BaseModel):
         return f"chosen [{self.chosen.label()}] memory {self.memory.storage}; {verdicts}"
 
 
-def weights_hash(model_dir: Path, denoiser_dir: str) -> str:
-    """sha256 (16 hex digits) of the denoiser's config and weights: what a profile is for."""
-    digest = hashlib.sha256()
-    folder = model_dir / denoiser_dir
-    for path in sorted(folder.glob("*.json")) + sorted(folder.glob("*.safetensors")):
-        digest.update(path.name.encode())
-        with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()[:16]
+def family_weights(model_dir: Path) -> str:
+    """The weights hash a family profile is valid for: the denoiser's config and weights."""
+    return weights_hash(model_dir, denoiser_dir(model_dir))
 
 
 def denoiser_dir(model_dir: Path) -> str:
@@ -188,13 +180,17 @@ def apply_choice(
             encoder = getattr(pipe, name, None)
             if isinstance(encoder, torch.nn.Module):
                 encoder.to(DTYPES[choice.precision])
-    setter = getattr(module, "set_attention_backend", None)
-    if callable(setter):
+    dispatching = any(
+        hasattr(getattr(layer, "processor", None), "_attention_backend")
+        for layer in module.modules()
+    )
+    if dispatching:
         # Pinned on every pipeline, "native" included: diffusers also makes the last backend
         # set the process-wide default of processors that have none.
-        setter(choice.attention)
+        module.set_attention_backend(choice.attention)  # type: ignore[operator]
     elif choice.attention != "native":
-        raise ValueError(f"{type(module).__name__} has no attention backends")
+        name = type(module).__name__
+        raise ValueError(f"{name}'s attention does not dispatch through diffusers' backends")
     if choice.scheduler:
         set_scheduler(pipe, choice.scheduler)
     enable_cache(pipe, choice.cache, steps, mag_ratios)

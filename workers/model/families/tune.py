@@ -179,7 +179,8 @@ class Tuner:
         caches = list(search.caches)
         if "mag" in caches:
             try:
-                self.mag_ratios = calibrate_mag_ratios(self.load(), self.steps, self.render)
+                plain = apply_choice(self.load(), best.choice, self.steps)
+                self.mag_ratios = calibrate_mag_ratios(plain, self.steps, self.render)
             except Exception as error:
                 caches.remove("mag")
                 note = f"cannot calibrate: {type(error).__name__}: {str(error)[:160]}"

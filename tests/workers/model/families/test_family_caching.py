@@ -11,7 +11,6 @@ import torch
 
 from tests.workers.model.families.profile_tiny import (
     STEPS,
-    build_tiny_ltx,
     load_tiny_ltx,
     render_tiny_ltx,
 )
@@ -23,12 +22,6 @@ from workers.model.families.caching import (
     repeated_blocks,
     supports_cache,
 )
-
-
-@pytest.fixture(scope="module")
-def ltx(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    torch.set_num_threads(1)  # tiny layers: more threads only contend on a loaded host
-    return build_tiny_ltx(tmp_path_factory.mktemp("models") / "ltx")
 
 
 @pytest.fixture(scope="module")

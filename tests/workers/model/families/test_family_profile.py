@@ -8,29 +8,21 @@ import math
 from pathlib import Path
 
 import pytest
-import torch
 
 from tests.workers.model.families.profile_tiny import (
     STEPS,
-    build_tiny_ltx,
     load_tiny_ltx,
     render_tiny_ltx,
 )
 from workers.model.families.profile import (
     FamilyChoice,
     apply_choice,
+    family_weights,
     load_family_profile,
     save_family_profile,
-    weights_hash,
 )
 from workers.model.families.tune import Search, tune
 from workers.model.runtime.profile import psnr
-
-
-@pytest.fixture(scope="module")
-def ltx(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    torch.set_num_threads(1)  # tiny layers: more threads only contend on a loaded host
-    return build_tiny_ltx(tmp_path_factory.mktemp("models") / "ltx")
 
 
 def test_search_follows_the_hardware() -> None:
@@ -51,7 +43,7 @@ def test_options_below_the_floor_are_rejected_and_the_record_says_why(ltx: Path)
         render_tiny_ltx,
         kind="cpu:TEST",
         pipeline="LTXImageToVideoPipeline",
-        weights=weights_hash(ltx, "transformer"),
+        weights=family_weights(ltx),
         size="9x32x32",
         steps=STEPS,
         search=search,
