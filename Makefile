@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 .PHONY: venv lock docs browser test-sdk test-sdk-ts generate-sdk-ts generate-sdk-sync fuzz-api demo test test-unit test-e2e test-faults test-faults-cluster test-e2e-cluster test-stores test-faults-rabbitmq test-e2e-rabbitmq test-faults-variants loadtest lint typecheck clean bench \
 	bench-model bench-overhead bench-gateway bench-dispatch simulate sim-templates bench-placement \
 	bench-scale \
-	tune-model compile-model bench-aot bench-boot bench-versions bench-load eval-served
+	bench-families tune-model compile-model bench-aot bench-boot bench-versions bench-load eval-served
 
 TORCH := torch==2.13.0
 LOCK := requirements.lock
@@ -189,6 +189,10 @@ typecheck: venv
 # then an SVD-style random model (minutes; compile rows hit inductor's cache on later runs).
 bench-model: venv
 	$(PY) -m benchmarks.bench_model
+
+# Each model family's serving profile on its tiny random-weight checkpoint (this CPU).
+bench-families: venv
+	$(PY) -m benchmarks.bench_families
 
 # The served student's serving profile (serving_profile.json) and AOT packages for this device:
 # a static package per listed bucket and one dynamic-shape package for every other working size.

@@ -100,12 +100,12 @@ def device_key(device: str | torch.device = "cpu") -> str:
     return "cpu:" + "+".join(features)
 
 
-def weights_hash(model_dir: Path) -> str:
-    """sha256 (16 hex digits) of the U-Net's config and weights: what a measurement or an
-    artifact is valid for."""
+def weights_hash(model_dir: Path, part: str = "unet") -> str:
+    """sha256 (16 hex digits) of the denoiser's (``part``: ``unet``, a family's
+    ``transformer``) config and weights: what a measurement or an artifact is valid for."""
     digest = hashlib.sha256()
-    unet = model_dir / "unet"
-    for path in sorted(unet.glob("*.json")) + sorted(unet.glob("*.safetensors")):
+    folder = model_dir / part
+    for path in sorted(folder.glob("*.json")) + sorted(folder.glob("*.safetensors")):
         digest.update(path.name.encode())
         with path.open("rb") as handle:
             for block in iter(lambda: handle.read(1 << 20), b""):
