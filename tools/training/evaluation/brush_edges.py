@@ -190,8 +190,8 @@ def edge_summary(scores: list[EdgeScore]) -> tuple[list[str], list[tuple[bool, s
     head = ("photo", "clip", "travel px", "smear x", "ghost x", "leaving x", "seam x")
     lines = ["{:<13} {:<11} {:>9} {:>8} {:>8} {:>9} {:>7}".format(*head)]
     for s in scores:
-        seam = "-" if s.seam is None else f"{s.seam:.2f}"
-        row = (s.photo, s.clip, s.travel, s.smear, s.ghost, s.leaving, seam)
+        closing = "-" if s.seam is None else f"{s.seam:.2f}"
+        row = (s.photo, s.clip, s.travel, s.smear, s.ghost, s.leaving, closing)
         lines.append("{:<13} {:<11} {:>9.1f} {:>8.2f} {:>8.2f} {:>9.2f} {:>7}".format(*row))
     loops = [s for s in scores if s.seam is not None]
     travel = max(s.travel for s in scores)
@@ -208,7 +208,7 @@ def edge_summary(scores: list[EdgeScore]) -> tuple[list[str], list[tuple[bool, s
          f"over {n} clips (bar >= {SMEAR_BAR})"),
         (ghost >= GHOST_BAR, f"ghosting: a looped region keeps >= {ghost:.2f}x frame 0's detail "
          f"in every frame over {m} clips (bar >= {GHOST_BAR})"),
-        (leaving >= LEAVING_BAR, f"leaving: content {DEPTH} px inside the downstream edge moves at "
+        (leaving >= LEAVING_BAR, f"leaving: content 20 px inside the downstream edge moves at "
          f">= {leaving:.2f}x the requested speed over {n} clips (bar >= {LEAVING_BAR})"),
         (seam <= SEAM_BAR, f"seam: |last-first| / median consecutive: worst {seam:.2f} over {m} "
          f"looped clips (bar <= {SEAM_BAR})"),
