@@ -115,12 +115,18 @@ def _strip(place: Scene, upstream: bool, outside: int, inside: int) -> tuple[sli
 
 def _found_at(
     frame: Pixels, search: tuple[slice, slice], template: npt.NDArray[np.float32], forwards: bool
-) -> tuple[int, float]:
+) -> tuple[float, float]:
     """Where along the stream ``template`` best matches inside ``search`` (px from the
-    search's upstream end) and how well (normalised cross-correlation)."""
+    search's upstream end, sub-pixel by a parabola through the peak) and how well
+    (normalised cross-correlation)."""
     scores = cv2.matchTemplate(_grey(frame)[search], template, cv2.TM_CCOEFF_NORMED).ravel()
     best = int(np.argmax(scores))
-    return (best if forwards else len(scores) - 1 - best), float(scores[best])
+    at = float(best)
+    if 0 < best < len(scores) - 1:
+        left, mid, right = scores[best - 1 : best + 2]
+        bend = left - 2 * mid + right
+        at += 0.5 * float(left - right) / float(bend) if bend < 0 else 0.0
+    return (at if forwards else len(scores) - 1 - at), float(scores[best])
 
 
 def boundary_travel(frames: Pixels, place: Scene) -> float:
@@ -136,7 +142,7 @@ def boundary_travel(frames: Pixels, place: Scene) -> float:
 
 def leaving_speed(frames: Pixels, place: Scene) -> float:
     """How far the content of the 20 px inside the downstream edge moves from frame to frame
-    along the stream (median over the clip), over :data:`SPEED`: content that piles up under
+    along the stream (mean over the clip), over :data:`SPEED`: content that piles up under
     the edge slows there."""
     forwards = place.axis[0] > 0 or place.axis[1] > 0
     band = _strip(place, False, 0, 20)
@@ -145,7 +151,7 @@ def leaving_speed(frames: Pixels, place: Scene) -> float:
     for t in range(1, len(frames) - 1):
         at, _ = _found_at(frames[t + 1], search, _grey(frames[t])[band], forwards)
         moved.append(at - 4)
-    return float(np.median(moved)) / SPEED
+    return float(np.mean(moved)) / SPEED
 
 
 def judge(photo: str, clip: str, frames: Pixels, place: Scene, loop: bool) -> EdgeScore:
