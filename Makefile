@@ -249,7 +249,8 @@ bench-mask: venv
 	ANIMFLEET_TORCH_THREADS=1 nice -n 10 $(PY) -m benchmarks.mask_bench --out out/bench-mask
 
 # Motion brush: brushed regions on held-out photographs at 512 px scored by OpenCV optical flow
-# (direction, speed, stillness outside, frame 0, loop closure), and a brushed 512 px video vs
+# (direction, speed, stillness outside, frame 0, loop closure) and at their edges, masks painted
+# 10 px over a neighbour (boundary travel, smear, ghosting, leaving, seam), and a brushed 512 px video vs
 # an unbrushed one through the served student, interleaved; both print PASS/FAIL on the bar.
 .PHONY: eval-brush bench-brush
 eval-brush: venv

@@ -224,14 +224,20 @@ def evaluate(args: argparse.Namespace) -> int:
 
 
 def evaluate_brush(args: argparse.Namespace) -> int:
+    from tools.training.evaluation.brush_edges import edge_report, edge_summary, run_edge_eval
     from tools.training.evaluation.brush_eval import run_brush_eval, served_animator, summary
 
     animator = served_animator(Path(args.model))  # the worker's own: edge fill, renderer
     regions, clips = run_brush_eval(animator, Path(args.out))
     table, passed = summary(regions, clips)
+    edges = run_edge_eval()
+    lines, checks = edge_summary(edges)
     print(table)
-    print(f"report: {Path(args.out) / 'brush.json'}")
-    return 0 if passed else 1
+    print("\n" + "\n".join(lines) + "\n")
+    print("\n".join(f"{'PASS' if ok else 'FAIL'} {text}" for ok, text in checks))
+    (Path(args.out) / "brush_edges.json").write_text(json.dumps(edge_report(edges), indent=2))
+    print(f"report: {Path(args.out) / 'brush.json'}, {Path(args.out) / 'brush_edges.json'}")
+    return 0 if passed and all(ok for ok, _ in checks) else 1
 
 
 def evaluate_fill(args: argparse.Namespace) -> int:

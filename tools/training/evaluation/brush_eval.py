@@ -51,7 +51,7 @@ DIRECTION_SHARE_BAR = 0.95
 SPEED_RANGE = (0.7, 1.4)
 OUTSIDE_BAR = 0.25
 FRAME0_BAR_DB = 40.0
-LOOP_BAR = 1.5
+LOOP_BAR = 1.3  # last-to-first step over the median consecutive one, every looped clip
 Pixels = npt.NDArray[np.uint8]
 
 

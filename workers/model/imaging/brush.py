@@ -6,25 +6,25 @@ soft, content-aware alpha: the region's mask guided-filtered on the photograph's
 (so its edge follows the picture's edges), exactly 0 a filter radius outside the mask (so
 everything outside every region keeps still) and exactly 1 well inside it.
 
-- ``flow`` and ``drift`` add a static velocity (pixels per frame): along the stroke's local
-  tangent, or its overall direction. Frame t shows each pixel's content from where the field
-  carried it from: the velocity integrated backwards over t frames (:func:`integrate`), so
-  every pixel has a source and no hole opens.
+- ``flow`` and ``drift`` move their content at a static velocity (pixels per frame): along
+  the stroke's local tangent, or its overall direction, at full speed up to the region's
+  edge. The moving content is drawn over the still picture by the soft alpha, from two layers
+  that take content only from inside the region (:mod:`~workers.model.imaging.brush_layers`):
+  nothing beyond a region's mask is drawn into it, and content leaving it passes under the
+  soft edge instead of piling up against it.
 - ``sway``, ``ripple`` and ``pulse`` add a displacement periodic over the clip: ``sway`` and
   ``pulse`` a triangle wave (out, back through rest, the other way, back: the same distance
   every frame, so no frame pair of the loop, the last to the first included, jumps further
   than another), ``ripple`` a travelling wave ``sin(wt - kr) + sin(kr)`` with
   ``w = 2 pi / frames``. Each is zero at frame 0 and at frame ``frames``, which is therefore
   frame 0 again.
-- ``loop``: the flowing content is blended from two layers that both move with the field, one
-  integrated forwards from frame 0 and one backwards from frame ``frames`` (the same picture),
-  weighted ``1 - t/N`` and ``t/N``: frame N would be frame 0, so the last frame leads into the
-  first as any frame leads into the next.
+- Frame ``frames`` of the flowing layers is frame 0 again too, so with ``loop`` the last
+  frame leads into the first as any frame leads into the next.
 
 Fields live in grid_sample units (-1..1 across the frame) on a grid of at most
 :data:`FIELD_SIDE` px, so they are sampled at any point of any output size and composed with
 the model's own (camera) flow: the renderer first follows the camera's grid, then the brush's
-displacement at the point it landed on (:meth:`BrushMotion.sample`). Frame 0 is the input.
+displacement at the point it landed on (:meth:`BrushPlan.sample`). Frame 0 is the input.
 """
 
 from __future__ import annotations
@@ -41,12 +41,12 @@ from PIL import Image, ImageOps
 
 from animfleet.brush import RegionUse, region_speed
 from animfleet.masks import THRESHOLD, decode_mask
+from workers.model.imaging.brush_layers import FlowLayers, identity, source_margin
 
 # The long side fields are computed at: they are smooth (upsampled when sampled), and their
 # cost (the soft edge's filters, integrating the flow) grows with their area.
 FIELD_SIDE = 256
 TANGENT_SIDE = 64  # the long side the stroke's tangents are blended at
-MAX_SUBSTEP_PX = 1.0  # integration substeps move at most this many field pixels
 DEFAULT_AMPLITUDE = 0.02  # of the short side, for sway, ripple and pulse without amplitude
 GUIDE_EPS = 0.01  # guided filter regulariser (luminance in 0..1)
 
@@ -149,16 +149,18 @@ def _scaled(height: int, width: int, side: int) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class BrushMotion:
-    """A job's brushed motion at one output size, in grid_sample units on the field grid:
-    ``velocity`` (2, h, w) per frame, and the periodic displacement's ``swing`` (triangle
-    wave), ``sine`` and ``cosine`` parts (2, h, w); ``alpha`` (h, w) is every region's soft
-    weight together."""
+    """A job's brushed motion at one output size, in grid_sample units on the field grid: the
+    flowing regions' full-speed ``velocity`` (2, h, w) per frame, their soft weight
+    ``flow_alpha`` (h, w) and the pixels their content may come from, ``core`` (h, w); the
+    periodic displacement's ``swing`` (triangle wave), ``sine`` and ``cosine`` parts
+    (2, h, w), already weighted by their regions' soft alpha."""
 
     velocity: torch.Tensor
+    flow_alpha: torch.Tensor
+    core: torch.Tensor
     swing: torch.Tensor
     sine: torch.Tensor
     cosine: torch.Tensor
-    alpha: torch.Tensor
     frames: int
     loop: bool
 
@@ -175,7 +177,7 @@ class BrushMotion:
         return sum(t.element_size() * t.numel() for t in self._tensors())
 
     def _tensors(self) -> tuple[torch.Tensor, ...]:
-        return self.velocity, self.swing, self.sine, self.cosine, self.alpha
+        return self.velocity, self.flow_alpha, self.core, self.swing, self.sine, self.cosine
 
     def periodic(self, t: int) -> torch.Tensor:
         """(2, h, w): the periodic displacement at frame ``t``."""
@@ -188,40 +190,35 @@ class BrushMotion:
         return wave + self.swing * triangle
 
     def plan(self) -> BrushPlan:
-        """The job's trajectories: the field integrated once over the clip, both ways."""
+        """The job's flowing layers: the field integrated once over the clip, both ways."""
         if not self.flows:
-            return BrushPlan(self, [], [])
-        forward = trajectory(self.velocity, self.frames)
-        backward = trajectory(-self.velocity, self.frames) if self.loop else []
-        return BrushPlan(self, forward, backward)
+            return BrushPlan(self, None)
+        core = self.core[None, None]
+        layers = FlowLayers.plan(self.velocity, core, self.flow_alpha, self.frames)
+        return BrushPlan(self, layers)
 
 
 @dataclass(frozen=True)
 class BrushPlan:
-    """A :class:`BrushMotion` with its trajectories: ``forward[t]`` is how far content
-    travelled to each point in t frames, ``backward[s]`` the same with time reversed."""
+    """A :class:`BrushMotion` with its flowing regions' layers (None when nothing flows)."""
 
     motion: BrushMotion
-    forward: list[torch.Tensor]
-    backward: list[torch.Tensor]
+    flow: FlowLayers | None
 
     @property
     def nbytes(self) -> int:
-        paths = sum(t.element_size() * t.numel() for t in (*self.forward, *self.backward))
-        return self.motion.nbytes + paths
+        return self.motion.nbytes + (self.flow.nbytes if self.flow is not None else 0)
 
-    def layers(self, t: int) -> list[tuple[float, torch.Tensor]]:
-        """Frame ``t`` as (weight, displacement (2, h, w)) layers: a pixel at x shows the
-        input at ``x - displacement(x)``, the layers' pixels summed by weight."""
+    def layers(self, t: int) -> list[tuple[torch.Tensor | None, torch.Tensor]]:
+        """Frame ``t`` as (weight (1, h, w), or None for everywhere, displacement (2, h, w))
+        layers: a pixel at x shows the input at ``x - displacement(x)``, the layers' pixels
+        summed by weight. The still picture (moved by the periodic kinds) lies under the
+        flowing regions' layers, which cover it by their soft alpha."""
         wave = self.motion.periodic(t)
-        if not self.forward:
-            return [(1.0, wave)]
-        if not self.backward or t == 0:
-            return [(1.0, self.forward[t] + wave)]
-        share = t / self.motion.frames
-        # trajectory(-velocity) traces forwards in time: the content that reaches frame N.
-        back = self.backward[self.motion.frames - t]
-        return [(1.0 - share, self.forward[t] + wave), (share, back + wave)]
+        if self.flow is None:
+            return [(None, wave)]
+        out: list[tuple[torch.Tensor | None, torch.Tensor]] = [((1 - self.flow.alpha)[None], wave)]
+        return out + [(weight, shift + wave) for weight, shift in self.flow.at(t)]
 
     def sample(self, image: torch.Tensor, grid: torch.Tensor, first: int) -> torch.Tensor:
         """Frames ``first``.. of ``image`` (1, C, H, W) along ``grid`` (n, H, W, 2, the
@@ -232,44 +229,18 @@ class BrushPlan:
             point = grid[index : index + 1]
             out: torch.Tensor | None = None
             for weight, shift in self.layers(first + index):
-                at = F.grid_sample(shift[None], point, mode="bilinear", align_corners=False)
-                moved = point - at.permute(0, 2, 3, 1)
+                field = shift if weight is None else torch.cat([weight, shift])
+                at = F.grid_sample(field[None], point, mode="bilinear", align_corners=False)
+                moved = point - at[:, -2:].permute(0, 2, 3, 1)
                 warped = F.grid_sample(
-                    image, moved, mode="bilinear", padding_mode="border", align_corners=False
+                    image, moved, mode="bicubic", padding_mode="border", align_corners=False
                 )
-                out = warped * weight if out is None else out + warped * weight
+                if weight is not None:
+                    warped = warped * at[:, :1]
+                out = warped if out is None else out + warped
             assert out is not None
             frames.append(out)
         return torch.cat(frames)
-
-
-def trajectory(velocity: torch.Tensor, frames: int) -> list[torch.Tensor]:
-    """(2, h, w) per frame 0..``frames``: how far content travelled to each point in t frames
-    of the static ``velocity`` field (grid_sample units): the point traced backwards along the
-    field, in substeps of at most :data:`MAX_SUBSTEP_PX` field pixels."""
-    shift = torch.zeros_like(velocity)
-    out = [shift]
-    height, width = velocity.shape[-2:]
-    base = _identity(height, width)
-    pixels = velocity.abs().amax(dim=(1, 2)) * torch.tensor([width / 2, height / 2])
-    substeps = max(1, math.ceil(float(pixels.max()) / MAX_SUBSTEP_PX))
-    step = velocity[None] / substeps
-    for _ in range(frames):
-        for _ in range(substeps):
-            back = base - shift.permute(1, 2, 0)[None]
-            here = F.grid_sample(
-                step, back, mode="bilinear", padding_mode="zeros", align_corners=False
-            )
-            shift = shift + here[0]
-        out.append(shift)
-    return out
-
-
-def _identity(height: int, width: int) -> torch.Tensor:
-    ys = (torch.arange(height, dtype=torch.float32) + 0.5) * 2 / height - 1
-    xs = (torch.arange(width, dtype=torch.float32) + 0.5) * 2 / width - 1
-    grid_y, grid_x = torch.meshgrid(ys, xs, indexing="ij")
-    return torch.stack([grid_x, grid_y], dim=-1)[None]
 
 
 def region_mask(data: bytes, height: int, width: int) -> torch.Tensor:
@@ -296,9 +267,12 @@ def build_motion(
     radius = max(1, round(feather_radius(height, width) * w / width))
     # Output pixels to grid_sample units, per axis.
     units = torch.tensor([2 / width, 2 / height])[:, None, None]
-    velocity = torch.zeros(2, h, w)
+    margin = source_margin(h, w)
+    # Flowing regions: their velocities summed by soft weight (normalised below, so the field
+    # keeps its speed under the soft edge), their weight and the pixels they may show.
+    carried, weights = torch.zeros(2, h, w), torch.zeros(h, w)
+    flow_alpha, core = torch.zeros(h, w), torch.zeros(h, w)
     swing, sine, cosine = torch.zeros(2, h, w), torch.zeros(2, h, w), torch.zeros(2, h, w)
-    total = torch.zeros(h, w)
     ys = (torch.arange(h, dtype=torch.float32) + 0.5) * height / h
     xs = (torch.arange(w, dtype=torch.float32) + 0.5) * width / w
     py, px = torch.meshgrid(ys, xs, indexing="ij")
@@ -307,7 +281,6 @@ def build_motion(
         if not bool(inside.any()):
             raise ValueError(f"regions.{index}.mask covers no pixel at {width}x{height}")
         alpha = soft_alpha(inside, guide, radius)[0, 0]
-        total = torch.maximum(total, alpha)
         amplitude = use.amplitude or DEFAULT_AMPLITUDE * min(height, width)
         weight = inside[0, 0]
         cx, cy = (
@@ -324,7 +297,10 @@ def build_motion(
             else:
                 direction = torch.tensor(chord(use, width, height), dtype=torch.float32)
                 direction = direction[:, None, None].expand(2, h, w)
-            velocity += direction * speed * alpha * units
+            carried += direction * speed * alpha * units
+            weights += alpha
+            flow_alpha = torch.maximum(flow_alpha, alpha)
+            core = torch.maximum(core, -_grow(-inside, margin)[0, 0])
         elif use.kind == "sway":
             across = chord(use, width, height) @ np.array([[0.0, 1.0], [-1.0, 0.0]])
             swing += (
@@ -345,7 +321,8 @@ def build_motion(
                 phase = 2 * math.pi * radial / wavelength
                 sine += outward * torch.cos(phase) * amplitude * alpha * units
                 cosine += outward * torch.sin(phase) * amplitude * alpha * units
-    return BrushMotion(velocity, swing, sine, cosine, total, frames, loop)
+    velocity = carried / weights.clamp_min(1e-6)
+    return BrushMotion(velocity, flow_alpha, core, swing, sine, cosine, frames, loop)
 
 
 def brush_frames(image: npt.NDArray[np.uint8], motion: BrushMotion) -> npt.NDArray[np.uint8]:
@@ -353,7 +330,7 @@ def brush_frames(image: npt.NDArray[np.uint8], motion: BrushMotion) -> npt.NDArr
     ``image`` itself."""
     height, width = image.shape[:2]
     full = torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1)[None].float()
-    base = _identity(height, width)
+    base = identity(height, width)
     plan = motion.plan()
     out = np.empty((motion.frames, height, width, 3), dtype=np.uint8)
     out[0] = image
