@@ -87,13 +87,19 @@ def listed(client: Client, tenant: str) -> list[str]:
 
 
 def across_the_change(
-    clients: tuple[Client, Client], image: bytes, name: str, **key: str
+    clients: tuple[Client, Client],
+    image: bytes,
+    name: str,
+    idempotency_key: str | None = None,
+    job_id: str | None = None,
 ) -> tuple[dict[str, Any], JobHandle]:
-    """Submit as a moved tenant before the cell is added, then again with the same ``key``
+    """Submit as a moved tenant before the cell is added, then again with the same key or id
     after: the retry answers the first job. The submit's fields, and that job."""
     old, new = clients
     tenant = moved_tenant(old.topology, new.topology, name)
-    fields = {"home_region": REGION, "tenant": tenant, "frames": 2, "width": 32, "height": 32}
+    fields: dict[str, Any] = {"home_region": REGION, "tenant": tenant, "frames": 2}
+    fields |= {"width": 32, "height": 32}
+    key: dict[str, Any] = {"idempotency_key": idempotency_key, "job_id": job_id}
     first = old.submit(image, "sway", **key, **fields)
     retried = new.submit(image, "sway", **key, **fields)
     assert (retried.id, retried.region, retried.created) == (first.id, first.region, False)
