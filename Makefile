@@ -155,6 +155,12 @@ bench-overhead: venv
 bench-dispatch: venv
 	$(PY) benchmarks/dispatch.py
 
+# The PNG pixel check against Pillow's decode: photographs and a 4096^2 zero PNG (time, memory,
+# the longest the interpreter lock is held).
+.PHONY: bench-image-check
+bench-image-check: venv
+	$(PY) benchmarks/image_check.py
+
 # The seeds' spike: routing policies x naive retries vs backoff, tables and PNGs in out/sim.
 simulate: venv
 	$(PY) -m launcher simulate spike --out out/sim

@@ -53,8 +53,10 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import time
 import tomllib
 from collections.abc import Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
@@ -62,6 +64,10 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 
 REGION_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$")
 DEFAULT_FLEET_FILE = Path(__file__).with_name("fleet.default.toml")
+# How long a cell may still hold a tenant's idempotency and client-chosen-id entries after the
+# tenant moved to a newly added cell: the longest such an entry lives (a client-chosen id lives
+# as long as its record, 7 days).
+CELL_MOVE_WINDOW_S = 7 * 24 * 3600
 
 
 def _redact(url: str) -> str:
@@ -97,6 +103,10 @@ class Region(BaseModel):
     storage: StorageConfig = StorageConfig()
     latency_ms: dict[str, float] = Field(default_factory=dict)
     cell_of: str = ""  # the region this cell belongs to; "" for a region not split
+    # When this cell joined its region (a cell added to a running region says so): it takes
+    # tenants from then on, and their earlier cells are still asked for their keys for a while
+    # (:meth:`Topology.earlier_cells_for`). None: a cell since the region was split.
+    added_at: datetime | None = None
 
     @field_validator("name")
     @classmethod
@@ -210,14 +220,46 @@ class Topology(BaseModel):
             return []
         return [cell for cell in self.cells_of(group) if cell != name]
 
-    def cell_for(self, name: str, tenant: str) -> str:
+    def cell_for(self, name: str, tenant: str, now: float | None = None) -> str:
         """The unit that is home to ``tenant``'s jobs in region ``name``: for a split region,
-        the tenant's cell by rendezvous hashing (every dispatcher agrees without talking, and
-        adding a cell moves only the tenants the new cell wins); a unit name as is."""
+        the tenant's cell by rendezvous hashing over the cells added by ``now`` (every
+        dispatcher agrees without talking, and adding a cell moves only the tenants the new
+        cell wins); a unit name as is."""
         cells = self.cells_of(name)
         if len(cells) == 1:
             return cells[0]
-        return max(cells, key=lambda cell: hashlib.sha256(f"{tenant}/{cell}".encode()).digest())
+        at = time.time() if now is None else now
+        present = [cell for cell in cells if self._added_by(cell, at)]
+        return _rendezvous(present or cells, tenant)
+
+    def earlier_cells_for(self, name: str, tenant: str, now: float | None = None) -> list[str]:
+        """The cells other than :meth:`cell_for`'s that may still hold ``tenant``'s
+        idempotency and client-chosen-id entries: its cell before each cell added to region
+        ``name`` in the last :data:`CELL_MOVE_WINDOW_S` (entries bound there live that long
+        at most). [] for a region not split, a cell named directly, or no recent addition."""
+        cells = self.cells_of(name)
+        if len(cells) == 1:
+            return []
+        at = time.time() if now is None else now
+        current = self.cell_for(name, tenant, at)
+        earlier: list[str] = []
+        for cell in cells:
+            added = self.regions[cell].added_at
+            if added is None or not at - CELL_MOVE_WINDOW_S <= added.timestamp() <= at:
+                continue
+            before = [other for other in cells if self._added_by(other, added.timestamp(), True)]
+            if before:
+                winner = _rendezvous(before, tenant)
+                if winner != current and winner not in earlier:
+                    earlier.append(winner)
+        return earlier
+
+    def _added_by(self, cell: str, at: float, strictly: bool = False) -> bool:
+        """Whether ``cell`` was part of its region at ``at`` (``strictly``: before it)."""
+        added = self.regions[cell].added_at
+        if added is None:
+            return True
+        return added.timestamp() < at if strictly else added.timestamp() <= at
 
     def latency(self, source: str, target: str) -> float:
         """Round-trip milliseconds between two units (symmetric; 0 to itself and between the
@@ -281,6 +323,11 @@ class Topology(BaseModel):
         chosen = Path(path or env.get("ANIMFLEET_FLEET_FILE") or DEFAULT_FLEET_FILE)
         with chosen.open("rb") as handle:
             return cls.from_mapping(tomllib.load(handle), env)
+
+
+def _rendezvous(cells: list[str], tenant: str) -> str:
+    """The cell with the highest ``sha256(tenant/cell)``."""
+    return max(cells, key=lambda cell: hashlib.sha256(f"{tenant}/{cell}".encode()).digest())
 
 
 CELL_NAME = re.compile(r"^(?P<region>.+)-c(?P<index>[1-9][0-9]*)$")

@@ -208,7 +208,8 @@ class Client(JobLookup):
             )
         if idempotency_key is not None and not 0 < len(idempotency_key) <= MAX_KEY_CHARS:
             raise InvalidInput("Idempotency-Key", f"must be 1-{MAX_KEY_CHARS} characters")
-        home = self.topology.cell_for(home_region or self.topology.groups[0], request.tenant)
+        region = home_region or self.topology.groups[0]
+        home = self.topology.cell_for(region, request.tenant)
         # Hashed and decoded once (above), packed once: the mask, add-ons' control images and
         # brushed regions' masks ride with the image in the one value stored.
         inputs = PreparedInputs.of(
@@ -219,6 +220,9 @@ class Client(JobLookup):
             {**controls, **region_masks},
         )
         fingerprint = records.fingerprint(inputs, request, home)
+        moved = self._bound_before(region, request, inputs, job_id, idempotency_key)
+        if moved is not None:
+            return moved
         sticky = idempotency_key or job_id or secrets.token_hex(8)
         choice = self.versions.choose(home, request.model, sticky)
         request, choice = fit_to_family(request, choice, size_given=given != (None, None))
@@ -285,6 +289,31 @@ class Client(JobLookup):
         ``prompt`` included); per item its handle or its own error (see
         :func:`dispatcher.batch.submit_many`)."""
         return batch.submit_many(self, items, home_region)
+
+    def _bound_before(
+        self,
+        region: str,
+        request: AnimationRequest,
+        inputs: PreparedInputs,
+        job_id: str | None,
+        idempotency_key: str | None,
+    ) -> JobHandle | None:
+        """The job a key of this submit named in the tenant's cell before a cell was added
+        (:meth:`animfleet.topology.Topology.earlier_cells_for`): a retry after resharding
+        answers it, as in the cell itself. Raises
+        :class:`animfleet.region.jobstore.IdempotencyConflict` for a different request."""
+        keys = [f"id:{job_id}"] if job_id else []
+        keys += [f"key:{idempotency_key}"] if idempotency_key else []
+        if not keys:
+            return None
+        for cell in self.topology.earlier_cells_for(region, request.tenant):
+            # Bound there with that cell as the job's home, so fingerprinted with it.
+            fingerprint = records.fingerprint(inputs, request, cell)
+            for key in keys:
+                found = self._link(cell).store.idempotent_job(key, fingerprint)
+                if found is not None:
+                    return JobHandle(found[0], found[1], self, created=False)
+        return None
 
     def _admit(
         self,

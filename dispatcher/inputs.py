@@ -42,6 +42,7 @@ from animfleet_api.fields import (
     small_metadata,
 )
 from animfleet_api.reasons import refusal
+from dispatcher.decode_budget import DECODES
 from dispatcher.errors import DispatcherError
 from dispatcher.png_pixels import bare_png_header, pixels_intact
 
@@ -86,8 +87,12 @@ def check_image(data: bytes, field: str = "image") -> tuple[str, int, int]:
     """Return (format, width, height) of a safe-to-decode image, or raise :class:`InvalidInput`.
 
     The header is read first, so a decompression bomb is refused before any pixel is decoded;
-    then the whole image is decoded (a plain PNG's pixel stream inflated and its rows checked,
-    :mod:`dispatcher.png_pixels`), so a truncated file is refused here rather than on a GPU.
+    then the whole image is decoded (a plain PNG's pixel stream inflated a slice at a time and
+    its rows checked, :mod:`dispatcher.png_pixels`; any other image by Pillow; either within
+    the process's :data:`dispatcher.decode_budget.DECODES`), so a truncated file is refused here
+    rather than on a GPU. Slow for a large image (a 4096x4096 one takes about half a second):
+    call it from a worker thread, never an event loop; the inflate and Pillow's decoders let
+    other threads run meanwhile.
     ``field``: the request field errors name (another image of the job, e.g. a control image).
     """
     if not isinstance(data, bytes | bytearray):
@@ -100,8 +105,10 @@ def check_image(data: bytes, field: str = "image") -> tuple[str, int, int]:
     # A bare PNG within the limits is read as Pillow would read it, without Pillow; an image
     # that check cannot vouch for (and every refusal) goes the way below.
     size = bare_png_header(data)
-    if size is not None and _within_limits(*size) and pixels_intact(data):
-        return "PNG", *size
+    if size is not None and _within_limits(*size):
+        with DECODES.hold(size[0] * size[1]):
+            if pixels_intact(data):
+                return "PNG", *size
     try:
         # Only the three formats' parsers ever see the bytes; the size is checked against our
         # own limit (far below Pillow's bomb warning) before a pixel is decoded.
@@ -115,8 +122,9 @@ def check_image(data: bytes, field: str = "image") -> tuple[str, int, int]:
                 )
             # A plain PNG's pixel stream is checked without unpacking it into an image; any
             # other image (or a PNG that check cannot vouch for) is decoded in full.
-            if not (isinstance(image, PngImageFile) and pixels_intact(data, image)):
-                image.load()
+            with DECODES.hold(width * height):
+                if not (isinstance(image, PngImageFile) and pixels_intact(data, image)):
+                    image.load()
     except InvalidInput:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:

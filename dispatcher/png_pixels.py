@@ -5,7 +5,8 @@ of that, only the inflate and the rows' filter types can fail. For a plain PNG (
 interlaced, its pixel data followed by ``IEND``) this module checks exactly those: the stream
 inflates to every row and each row names a known filter. A bare PNG (the header chunk, then the
 pixel data at once: what Pillow itself writes for RGB) needs no Pillow to open either. It
-answers only "intact"; anything else (a short or broken stream, other layouts) is left to
+answers only "intact" (inflating a slice at a time, so memory stays small and the interpreter
+lock is free while zlib works); anything else (a short or broken stream, other layouts) is left to
 Pillow's full decode, which gives the verdict and its message, so an image is never refused
 here that Pillow would accept.
 """
@@ -21,6 +22,8 @@ from PIL import PngImagePlugin
 _CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
 _FILTER_TYPES = bytes(range(5))  # none, sub, up, average, Paeth
 _CHUNK_HEAD = struct.Struct(">I4s")
+_FEED = 64 * 1024  # compressed bytes given to zlib at once: what it leaves over is copied
+_SLICE = 1 << 20  # inflated bytes at most per step: a 4096x4096 16-bit RGBA PNG is 128 MiB
 _IHDR = struct.Struct(">IIBBBBB")
 # The signature, then the header chunk's length (13) and type.
 _BARE_START = b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR"
@@ -83,22 +86,44 @@ def pixels_intact(data: bytes, image: PngImagePlugin.PngImageFile | None = None)
     if channels is None or compression or filtering or interlace:
         return False
     row = 1 + (width * channels * depth + 7) // 8  # the filter-type byte, then the samples
-    expected = height * row
     # The IDAT chunks from the first, then IEND: nothing else.
     pieces = []
     at = first
+    view = memoryview(data)
     while at + 12 <= len(data):
         length, kind = _CHUNK_HEAD.unpack_from(data, at)
         if kind != b"IDAT":
             break
         if at + 12 + length > len(data):
             return False
-        pieces.append(data[at + 8 : at + 8 + length])
+        pieces.append(view[at + 8 : at + 8 + length])
         at += 12 + length
     if data[at : at + 8] != b"\0\0\0\0IEND" or not pieces:
         return False
+    return _rows_intact(pieces, row, height * row)
+
+
+def _rows_intact(pieces: list[memoryview], row: int, expected: int) -> bool:
+    """Whether the zlib stream in ``pieces`` inflates to ``expected`` bytes, each ``row``-th
+    (from the first) a known filter type. Inflated a slice at a time: memory stays at a few
+    MiB however large the image, and the interpreter lock is free during each inflate."""
+    inflater = zlib.decompressobj()
+    done = 0
+    feeds = (piece[at : at + _FEED] for piece in pieces for at in range(0, len(piece), _FEED))
     try:
-        rows = zlib.decompressobj().decompress(b"".join(pieces), expected)
+        for feed in feeds:
+            pending: bytes | memoryview = feed
+            while True:
+                limit = min(_SLICE, expected - done)
+                rows = inflater.decompress(pending, limit)
+                if rows[(-done) % row :: row].translate(None, _FILTER_TYPES):
+                    return False
+                done += len(rows)
+                if done == expected:
+                    return True  # like Pillow, ignore what follows the last row
+                pending = inflater.unconsumed_tail
+                if not pending and len(rows) < limit:  # a full slice may leave output pending
+                    break
     except zlib.error:
         return False
-    return len(rows) == expected and not rows[::row].translate(None, _FILTER_TYPES)
+    return False

@@ -19,6 +19,7 @@ from animfleet.region.ratelimit import Decision
 from animfleet.topology import Topology
 from dispatcher import metrics
 from dispatcher.client import Client
+from dispatcher.decode_budget import DECODES
 from dispatcher.gateway import (
     deletion,
     errors,
@@ -72,6 +73,7 @@ def create_app(client: Client, settings: GatewaySettings) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.runtime = Runtime(client=client, settings=settings)
+    DECODES.pixels = settings.decode_pixels
     keep_job_logs({name: client.store(name).redis for name in client.topology.names})
     app.state.tenancy = Tenancy(client, settings.region)
     errors.install(app)
@@ -123,7 +125,10 @@ def create_app(client: Client, settings: GatewaySettings) -> FastAPI:
             max_age=600,
         )
     app.add_middleware(
-        BodyLimit, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s
+        BodyLimit,
+        max_bytes=settings.max_body_bytes,
+        timeout_s=settings.body_timeout_s,
+        deadline_s=settings.body_deadline_s,
     )
     return app
 

@@ -6,11 +6,12 @@ server enforces a declared length, so a body cannot exceed it). A body without o
 taken in up to the cap, where the app would have read it all anyway, and refused as soon as it
 passes the cap; within it, the app reads the same messages.
 
-Until its last part arrives, each read of the body waits at most ``timeout_s`` (a client that
-declares a length and stops sending would otherwise hold the connection and a handler for
-good): then the client gets 408 and the connection closes, and the app reads a disconnect
-(its own answer to that goes nowhere). Once the body is in, reads pass through untouched (a
-stream's wait for the client to go away has no limit).
+Until its last part arrives, each read of the body waits at most ``timeout_s``, and the whole
+body must be in within ``deadline_s`` of the request's start (a client that declares a length
+and stops sending, or trickles a byte now and then, would otherwise hold the connection and a
+handler for good): then the client gets 408 and the connection closes, and the app reads a
+disconnect (its own answer to that goes nowhere). Once the body is in, reads pass through
+untouched (a stream's wait for the client to go away has no limit).
 """
 
 from __future__ import annotations
@@ -28,8 +29,12 @@ def too_large_body(cap: int) -> bytes:
     return json.dumps({"error": {**error, "field": "body"}}).encode()
 
 
-def timed_out_body(timeout_s: float) -> bytes:
-    message = f"no part of the request body arrived for {timeout_s:g} s; the connection is closed"
+def timed_out_body(timeout_s: float, whole: bool = False) -> bytes:
+    message = (
+        f"the request body was not complete within {timeout_s:g} s; the connection is closed"
+        if whole
+        else f"no part of the request body arrived for {timeout_s:g} s; the connection is closed"
+    )
     return json.dumps(
         {"error": {"code": "request_timeout", "message": message, "field": "body"}}
     ).encode()
@@ -38,16 +43,19 @@ def timed_out_body(timeout_s: float) -> bytes:
 class BodyLimit:
     """Pure ASGI middleware: streaming responses pass through untouched."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, app: ASGIApp, max_bytes: int, timeout_s: float = 10.0, deadline_s: float = 120.0
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.timeout_s = timeout_s
+        self.deadline_s = deadline_s
 
     async def __call__(self, scope: Scope, outer_receive: Receive, outer_send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, outer_receive, outer_send)
             return
-        body = _TimedBody(outer_receive, outer_send, self.timeout_s)
+        body = _TimedBody(outer_receive, outer_send, self.timeout_s, self.deadline_s)
         receive, send = body.receive, body.send
         declared = _content_length(scope)
         if declared is not None:
@@ -89,11 +97,13 @@ def _content_length(scope: Scope) -> int | None:
 
 
 class _TimedBody:
-    """The request's receive with a limit on each wait for the body, and a send that drops
-    what the app answers once the 408 went out."""
+    """The request's receive with a limit on each wait for the body and on the whole body's
+    arrival, and a send that drops what the app answers once the 408 went out."""
 
-    def __init__(self, receive: Receive, send: Send, timeout_s: float) -> None:
+    def __init__(self, receive: Receive, send: Send, timeout_s: float, deadline_s: float) -> None:
         self._receive, self._send, self.timeout_s = receive, send, timeout_s
+        self.deadline_s = deadline_s
+        self._deadline = anyio.current_time() + deadline_s
         self.complete = False  # the body's last part arrived: no limit from here on
         self.timed_out = False
         self.started = False  # a response began: too late for a 408
@@ -104,12 +114,15 @@ class _TimedBody:
         if self.complete:
             return await self._receive()
         message: Message | None = None
-        with anyio.move_on_after(self.timeout_s):
+        left = self._deadline - anyio.current_time()
+        with anyio.move_on_after(min(self.timeout_s, max(left, 0.0))):
             message = await self._receive()
         if message is None:
             self.timed_out = True
             if not self.started:
-                await _refuse(self._send, 408, timed_out_body(self.timeout_s))
+                whole = left <= self.timeout_s  # the body's deadline came before the read's
+                limit = self.deadline_s if whole else self.timeout_s
+                await _refuse(self._send, 408, timed_out_body(limit, whole))
             return DISCONNECT
         if message["type"] != "http.request" or not message.get("more_body", False):
             self.complete = True

@@ -1,7 +1,9 @@
 """``DELETE /v1/jobs/{id}``: erase a job, its inputs and its outputs.
 
-A job not yet ended is canceled first, and its run (if one is live) given a few seconds to
-stop writing. Then go: every output object of the job (one per run:
+A job not yet ended is canceled first. A run still live then (it stops at its next denoising
+step, a few seconds at most) is answered at once with 409 ``still_running`` and
+``Retry-After``: no thread waits for it, and the retry, once the run has stopped, erases. Then
+go: every output object of the job (one per run:
 ``outputs/<job>/<run>.mp4``, and ``outputs/<job>.mp4``), the uploads its request named, its
 archived record, its record, input bytes, kept webhook events and log lines in Redis, and its
 listing entry. What stays: the idempotency entry that named it and a tombstone (tenant and
@@ -30,7 +32,7 @@ from dispatcher.tenancy import Tenancy
 
 log = structlog.stdlib.get_logger("animfleet.gateway")
 
-RUN_STOP_WAIT_S = 30.0  # a canceled run stops at its next denoising step
+RUN_STOP_RETRY_S = 2  # a canceled run stops at its next denoising step
 
 router = APIRouter(prefix="/v1")
 
@@ -48,13 +50,9 @@ def erase(runtime: Runtime, tenancy: Tenancy, record: JobRecord) -> tuple[JobRec
     client = runtime.client
     if not record.status.terminal:
         record = client.cancel(record.id)
-    runs = RunLeases(client.store(record.region))
-    deadline = time.monotonic() + RUN_STOP_WAIT_S
-    while runs.held(record.id):
-        if time.monotonic() > deadline:
-            message = "the job's run has not stopped yet; retry shortly"
-            raise ApiError(409, "still_running", message, retry_after_s=2)
-        time.sleep(0.05)
+    if RunLeases(client.store(record.region)).held(record.id):
+        message = f"job {record.id} is canceled but its run has not stopped yet; retry shortly"
+        raise ApiError(409, "still_running", message, retry_after_s=RUN_STOP_RETRY_S)
     # Counted before its record goes: a job no roll-up has seen yet is counted with it.
     usage.book(runtime, record.region).note_deleted(record)
     deleted, now = 0, time.time()
@@ -78,7 +76,9 @@ def erase(runtime: Runtime, tenancy: Tenancy, record: JobRecord) -> tuple[JobRec
 def delete_job(job_id: str, request: Request, caller: CallerDep) -> DeletedJob:
     """Erase the job (GDPR erasure): canceled first if it has not ended, then its outputs,
     the uploads its request named, its record and its log. Afterwards the job answers 410
-    ``deleted``, and so does a retried submit with its idempotency key."""
+    ``deleted``, and so does a retried submit with its idempotency key. A job whose run has
+    not stopped yet answers 409 ``still_running`` with ``Retry-After`` at once (it is
+    canceled: retry)."""
     runtime = runtime_of(request)
     record = scoping.owned(request, caller, job_id)
     ended, deleted = erase(runtime, scoping.tenancy_of(request), record)

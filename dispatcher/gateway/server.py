@@ -4,7 +4,9 @@ uvicorn closes an idle keep-alive connection, but a connection that sends nothin
 its request line and headers a byte at a time, holds its socket for good. Here each request's
 head (from the connection's start, or from the first byte of a later request on it) must be
 complete within ``ANIMFLEET_GATEWAY_HEADER_TIMEOUT_S``; past that the client gets 408 and the
-connection closes. The body's own limit is :class:`dispatcher.gateway.bodylimit.BodyLimit`'s.
+connection closes. The body's own limits are :class:`dispatcher.gateway.bodylimit.BodyLimit`'s.
+At most ``ANIMFLEET_GATEWAY_MAX_CONNECTIONS`` connections (and requests in progress) are served
+at once; a request past that is answered 503 at once (uvicorn's ``limit_concurrency``).
 """
 
 from __future__ import annotations
@@ -83,6 +85,7 @@ def server_config(app: ASGIApp, settings: GatewaySettings, host: str, port: int)
         host=host,
         port=port,
         http=protocol(settings.header_timeout_s),
+        limit_concurrency=settings.max_connections,
         log_config=None,
         access_log=False,
     )

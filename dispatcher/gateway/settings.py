@@ -29,6 +29,15 @@ class GatewaySettings(EnvSettings):
     # request line and headers not complete this long after they began, the same.
     body_timeout_s: float = Field(default=10.0, gt=0, le=300)
     header_timeout_s: float = Field(default=10.0, gt=0, le=300)
+    # The whole request body must arrive within this of the request's start (408 past it): a
+    # body trickled a byte at a time cannot hold a connection. 16 MiB at 1.2 Mbit/s fits.
+    body_deadline_s: float = Field(default=120.0, gt=0, le=3600)
+    # Open connections (and requests in progress) at once; past it, new requests get 503.
+    max_connections: int = Field(default=1000, ge=1, le=100_000)
+    # Images checked at once, by their pixels (a 4096x4096 image is 16 Mpx, the largest taken;
+    # a 512 px photo a quarter of one): past it, a check waits its turn. Bounds the memory
+    # checks take (a decode: 4 bytes a pixel) and keeps the cores they take from the requests.
+    decode_pixels: int = Field(default=16 * 2**20, ge=16 * 2**20)
     events_poll_s: float = Field(default=0.2, gt=0, le=5)  # how often an SSE stream looks
     events_heartbeat_s: float = Field(default=15.0, gt=0, le=300)  # keeps proxies from closing
     # Requests fetching an image URL at once (each holds a thread up to 10 s), in all and per
@@ -57,7 +66,8 @@ class GatewaySettings(EnvSettings):
     def from_env(cls, region: str, env: Mapping[str, str] | None = None) -> GatewaySettings:
         """``region`` (from the command line) and ``ANIMFLEET_GATEWAY_*`` (``MAX_WAIT_S``,
         ``THREADS``, ``AUTH``, ``CORS_ORIGINS``, ``MAX_BODY_BYTES``, ``BODY_TIMEOUT_S``,
-        ``HEADER_TIMEOUT_S``, ``EVENTS_POLL_S``,
+        ``HEADER_TIMEOUT_S``, ``BODY_DEADLINE_S``, ``MAX_CONNECTIONS``, ``DECODE_PIXELS``,
+        ``EVENTS_POLL_S``,
         ``EVENTS_HEARTBEAT_S``, ``URL_FETCHES``, ``URL_FETCHES_PER_TENANT``). Raises
         :class:`animfleet.settings.SettingsError`."""
         return load(cls, env, region=region)

@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 import anyio.to_thread
 from fastapi import APIRouter, Header, Request
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import ClientDisconnect
 
 from dispatcher.gateway.auth import CallerDep
 from dispatcher.gateway.errors import ApiError
@@ -108,12 +109,16 @@ async def upload_direct(
         message = f"Content-Type: must be one of {', '.join(EXTENSIONS)} (got {declared!r})"
         raise ApiError(422, "invalid_input", message, "Content-Type")
     data = bytearray()
-    async for chunk in request.stream():
-        data.extend(chunk)
-        if len(data) > MAX_IMAGE_BYTES:
-            message = f"body: is over the limit of {MAX_IMAGE_BYTES} bytes"
-            raise ApiError(413, "body_too_large", message, "body")
-    fmt, _, _ = check_image(bytes(data), field="body")
+    try:
+        async for chunk in request.stream():
+            data.extend(chunk)
+            if len(data) > MAX_IMAGE_BYTES:
+                message = f"body: is over the limit of {MAX_IMAGE_BYTES} bytes"
+                raise ApiError(413, "body_too_large", message, "body")
+    except ClientDisconnect:  # gone, or cut off at the body's deadline (answered 408 there)
+        raise ApiError(408, "request_timeout", "body: did not arrive in full", "body") from None
+    # Off the event loop: a large image's check takes a while (bounded by the pixel budget).
+    fmt, _, _ = await anyio.to_thread.run_sync(check_image, bytes(data), "body")
     if FORMAT_TYPES.get(fmt) != declared:
         message = f"body: is a {fmt} image, not {declared} as Content-Type says"
         raise ApiError(422, "invalid_input", message, "body")

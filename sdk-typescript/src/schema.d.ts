@@ -75,7 +75,9 @@ export interface paths {
          * Delete Job
          * @description Erase the job (GDPR erasure): canceled first if it has not ended, then its outputs,
          *     the uploads its request named, its record and its log. Afterwards the job answers 410
-         *     ``deleted``, and so does a retried submit with its idempotency key.
+         *     ``deleted``, and so does a retried submit with its idempotency key. A job whose run has
+         *     not stopped yet answers 409 ``still_running`` with ``Retry-After`` at once (it is
+         *     canceled: retry).
          */
         delete: operations["deleteJob"];
         options?: never;

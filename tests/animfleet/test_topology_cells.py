@@ -100,6 +100,29 @@ def test_a_tenant_keeps_its_cell_and_tenants_spread_over_the_cells() -> None:
     assert moved and all(grown.cell_for("us-east", t) == "us-east-c5" for t in moved)
 
 
+def test_a_cell_added_takes_its_tenants_at_its_time_and_names_their_earlier_cell() -> None:
+    day = 24 * 3600.0
+    added = 1_800_000_000.0  # the fleet file's time for the fifth cell
+    grown = Topology.from_mapping(
+        split(5, **{"us-east-c5": {"broker_url": "redis://ue5:6379/0", "added_at": added}}), env={}
+    )
+    before = Topology.from_mapping(split(4), env={})
+    tenants = [f"tenant-{index}" for index in range(400)]
+    moved = [t for t in tenants if grown.cell_for("us-east", t, added) == "us-east-c5"]
+    assert moved
+    for tenant in tenants:
+        old = before.cell_for("us-east", tenant)
+        # Before its time the new cell is no one's home, and no earlier cell is asked.
+        assert grown.cell_for("us-east", tenant, added - 1) == old
+        assert grown.earlier_cells_for("us-east", tenant, added - 1) == []
+        # From then on, for 7 days, a moved tenant's keys are still looked for where they were.
+        expected = [old] if tenant in moved else []
+        assert grown.earlier_cells_for("us-east", tenant, added + 1) == expected
+        assert grown.earlier_cells_for("us-east", tenant, added + 6.9 * day) == expected
+        assert grown.earlier_cells_for("us-east", tenant, added + 7.1 * day) == []
+    assert grown.earlier_cells_for("us-east-c1", moved[0], added + 1) == []  # a cell named
+
+
 def test_the_terraform_modules_fleet_file_loads_as_cells() -> None:
     fleet = """
     [regions.us-east]

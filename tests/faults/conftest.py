@@ -85,14 +85,23 @@ def wait_until(check: Callable[[], bool], what: str, timeout: float = 60.0) -> N
 
 
 def record_of(fleet: LocalFleet, job_id: str) -> JobRecord:
-    """The job's record where it lives: a spilled job's home record points to its region."""
-    region = region_of(job_id)
-    for _ in fleet.regions:
+    """The job's record where it lives: a spilled job's home record points to its region; a
+    client-chosen id's entry in a unit's store names the region that admitted it."""
+    region = region_of(job_id) if "." in job_id else _chosen_id_region(fleet, job_id)
+    for _ in fleet.units:
         record = JobStore.from_url(fleet.store_url(region), retry_s=5).get(job_id)
         if record.region == region:
             return record
         region = record.region
     raise AssertionError(f"job {job_id}: its records point in a circle")
+
+
+def _chosen_id_region(fleet: LocalFleet, job_id: str) -> str:
+    for unit in fleet.units:
+        found = JobStore.from_url(fleet.store_url(unit), retry_s=5).idempotent_job(f"id:{job_id}")
+        if found is not None:
+            return found[1]
+    raise JobNotFound(job_id)
 
 
 def running_on(fleet: LocalFleet, job_id: str) -> str:
@@ -131,9 +140,11 @@ def settle(fleet: LocalFleet, job_ids: list[str], timeout: float = 180.0) -> dic
     counts = Counter(record.status for record in records.values())
     assert len(job_ids) == sum(counts[state] for state in JobState if state.terminal)
     outputs: Counter[str] = Counter()
-    for region in fleet.regions:
-        store = open_store(fleet.topology.region(region).storage)
-        for key in store.list_keys(fleet.topology.region(region).storage.prefix + "outputs/"):
+    # Once per storage: a region's cells share theirs.
+    storages = {fleet.topology.region(unit).storage.model_dump_json(): unit for unit in fleet.units}
+    for unit in storages.values():
+        storage = fleet.topology.region(unit).storage
+        for key in open_store(storage).list_keys(storage.prefix + "outputs/"):
             outputs.update(job_id for job_id in job_ids if job_id in key)
     for job_id, record in records.items():
         expected = 1 if record.status is JobState.SUCCEEDED else 0
