@@ -18,12 +18,12 @@ naming it and the supported families.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-
 
 # The project's own motion model (its pipeline class); every other class must be a family's.
 BUILT_IN_CLASS = "AnimationPipeline"
@@ -49,6 +49,8 @@ class Family:
     loop_classes: tuple[str, ...]  # the classes that can condition the last frame
     scheduler_swaps: tuple[str, ...]
     default_guidance: float
+    # What the diffusers pipeline itself requires the sides to divide by, whatever the VAE.
+    pipeline_multiple: int = 8
     min_frames: int = 2
 
 
@@ -80,6 +82,7 @@ FAMILIES: dict[str, Family] = {
             loop_classes=("LTXConditionPipeline",),
             scheduler_swaps=("flow-match Euler shift",),
             default_guidance=3.0,
+            pipeline_multiple=32,
         ),
         Family(
             name="wan",
@@ -93,6 +96,7 @@ FAMILIES: dict[str, Family] = {
             loop_classes=("WanImageToVideoPipeline",),
             scheduler_swaps=("UniPC flow", "DPM-Solver++ flow"),
             default_guidance=5.0,
+            pipeline_multiple=16,
         ),
         Family(
             name="cogvideox",
@@ -110,7 +114,9 @@ FAMILIES: dict[str, Family] = {
         Family(
             name="hunyuan",
             title="HunyuanVideo",
-            classes=("HunyuanVideoImageToVideoPipeline", "HunyuanVideo15ImageToVideoPipeline"),
+            # HunyuanVideo 1.5's pipeline (diffusers 0.42) takes no per-step callback, which
+            # progress and cancel need: not served until it does.
+            classes=("HunyuanVideoImageToVideoPipeline",),
             frame_step=4,
             max_frames=129,
             size_multiple=16,
@@ -119,6 +125,7 @@ FAMILIES: dict[str, Family] = {
             loop_classes=(),
             scheduler_swaps=(),
             default_guidance=6.0,
+            pipeline_multiple=16,
         ),
     )
 }
@@ -242,7 +249,9 @@ def read_spec(model_dir: str | Path) -> FamilySpec:
         pipeline_class=class_name,
         frame_step=_temporal_scale(family.name, vae),
         max_frames=max_frames,
-        size_multiple=_spatial_scale(family.name, vae) * spatial_patch,
+        size_multiple=math.lcm(
+            family.pipeline_multiple, _spatial_scale(family.name, vae) * spatial_patch
+        ),
         fixed_size=fixed_size,
         reads_text=family.reads_text,
         loops=loops,

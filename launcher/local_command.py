@@ -27,7 +27,10 @@ def _say(text: str) -> None:
 
 
 def cmd_local_up(args: argparse.Namespace) -> int:
+    from animfleet.families import class_name_of
+    from animfleet.shipped_models import resolve_model
     from launcher.local_fleet import LocalFleet
+    from launcher.local_model import deploy_own_model
     from launcher.local_rabbitmq import rabbitmq_available
     from launcher.local_servers import port_free
 
@@ -38,6 +41,9 @@ def cmd_local_up(args: argparse.Namespace) -> int:
     for option, port in fixed:
         if port and not port_free(port):
             raise CliError(f"{option} {port}: 127.0.0.1:{port} is in use; give another", EX_USAGE)
+    model_dir = resolve_model(args.model) if args.model else None
+    if model_dir is not None:
+        _check_model(model_dir)
     if args.broker == "rabbitmq" and not rabbitmq_available():
         raise CliError("--broker rabbitmq: rabbitmq-server is not installed here", EX_USAGE)
     fleet = LocalFleet(
@@ -46,7 +52,7 @@ def cmd_local_up(args: argparse.Namespace) -> int:
         storage=args.storage,
         store=args.store,
         workers_per_region=args.workers,
-        model_dir=Path(args.model) if args.model else None,
+        model_dir=model_dir,
         gateway=not args.no_api,
         gateway_auth=True,
         webhooks=not args.no_api,
@@ -63,6 +69,9 @@ def cmd_local_up(args: argparse.Namespace) -> int:
     _say(f"starting a local fleet in {fleet.root} ...")
     try:
         fleet.start()
+        checkpoint = model_dir if model_dir and (model_dir / "model_index.json").is_file() else None
+        if checkpoint and (ref := deploy_own_model(fleet.topology, checkpoint)):
+            _say(f"serving {ref} ({class_name_of(checkpoint)}) as the default deployment")
         _print_fleet(fleet, args.tenant, time.monotonic() - started)
         while True:
             signal.pause()
@@ -74,6 +83,19 @@ def cmd_local_up(args: argparse.Namespace) -> int:
         fleet.stop(STOP_GRACE_S)
         _say(f"local fleet stopped in {time.monotonic() - stopping:.1f} s")
     return 0
+
+
+def _check_model(model_dir: Path) -> None:
+    """Refuse a checkpoint whose pipeline class no family serves (anything else, such as a
+    stand-in animator's argument, is the worker's to judge)."""
+    from animfleet.families import UnknownFamily, spec_of_checkpoint
+
+    if not (model_dir / "model_index.json").is_file():
+        return
+    try:
+        spec_of_checkpoint(model_dir)
+    except UnknownFamily as error:
+        raise CliError(f"--model {model_dir}: {error}", EX_USAGE) from None
 
 
 def _print_fleet(fleet: Any, tenant: str, took_s: float) -> None:

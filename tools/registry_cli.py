@@ -78,10 +78,10 @@ def _source(value: str) -> Path:
 def cmd_model_push(args: argparse.Namespace) -> int:
     """Push to every chosen region; refuses before uploading anything if any region already
     holds ``ref`` with other content (versions are immutable)."""
-    from animfleet.families import spec_of_checkpoint
-    from animfleet.region.catalog import CatalogEntry, ModelCatalog
+    from animfleet.region.catalog import ModelCatalog
     from animfleet.region.store_client import store_client
     from storage import StorageError
+    from storage.catalog_entry import catalog_entry
     from storage.registry import ModelNotFound, content_hash, directory_files
 
     _check_ref(args.ref)
@@ -103,14 +103,7 @@ def cmd_model_push(args: argparse.Namespace) -> int:
                 )
         for region in regions:
             manifest = _registry(region).push(source, args.ref)
-            entry = CatalogEntry(
-                ref=manifest.ref,
-                hash=manifest.hash,
-                bytes=manifest.bytes,
-                files=len(manifest.files),
-                pushed_at=manifest.pushed_at,
-                family=spec_of_checkpoint(source),
-            )
+            entry = catalog_entry(manifest, source)
             client = store_client(region.store)
             try:
                 ModelCatalog(client, region.name).add(entry)

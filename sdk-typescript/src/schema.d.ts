@@ -302,6 +302,20 @@ export interface components {
         };
         AddonUse: unknown;
         /**
+         * Adjustment
+         * @description One value a family could not honour exactly, changed by its stated rule.
+         */
+        Adjustment: {
+            /** Field */
+            field: string;
+            /** Asked */
+            asked: number;
+            /** Delivered */
+            delivered: number;
+            /** Rule */
+            rule: string;
+        };
+        /**
          * BatchItem
          * @description One job of ``POST /v1/jobs/batch``, with its own idempotency key.
          */
@@ -386,6 +400,16 @@ export interface components {
              * @default false
              */
             loop?: boolean | null;
+            /**
+             * Negative Prompt
+             * @description what the video should not show; only models that read text (422 else)
+             */
+            negative_prompt?: string | null;
+            /**
+             * Guidance
+             * @description the model's guidance scale (default: the model's; what it scales depends on the model's family)
+             */
+            guidance?: number | null;
             /**
              * Webhook
              * @description URL that receives signed events
@@ -632,6 +656,17 @@ export interface components {
              * @default false
              */
             loop?: boolean;
+            /** Negative Prompt */
+            negative_prompt?: string | null;
+            /** Guidance */
+            guidance?: number | null;
+            /** Family */
+            family?: string | null;
+            /**
+             * Adjustments
+             * @default []
+             */
+            adjustments?: components["schemas"]["Adjustment"][];
         };
         /** JobProgress */
         JobProgress: {
@@ -731,6 +766,16 @@ export interface components {
              * @default false
              */
             loop?: boolean | null;
+            /**
+             * Negative Prompt
+             * @description what the video should not show; only models that read text (422 else)
+             */
+            negative_prompt?: string | null;
+            /**
+             * Guidance
+             * @description the model's guidance scale (default: the model's; what it scales depends on the model's family)
+             */
+            guidance?: number | null;
             /**
              * Webhook
              * @description URL that receives signed events

@@ -196,7 +196,11 @@ def test_cancel_mid_job_idempotency_and_webhook(api: httpx.Client, image: str) -
 
 
 def test_a_checkpoint_of_no_served_family_is_refused_at_push(
-    tmp_path: Path, family_fleet: LocalFleet, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    family_fleet: LocalFleet,
+    api: httpx.Client,
+    image: str,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     model = build_tiny("ltx", tmp_path / "odd")
     index = model / "model_index.json"
@@ -205,10 +209,5 @@ def test_a_checkpoint_of_no_served_family_is_refused_at_push(
     assert main(argv) != 0
     said = capsys.readouterr().err
     assert "MochiPipeline" in said and "LTXImageToVideoPipeline" in said, said
-    response = post_model(family_fleet, "odd@1")
-    assert response.status_code == 422 and "odd@1" in response.text  # never pushed
-
-
-def post_model(fleet: LocalFleet, ref: str) -> httpx.Response:
-    body = {"image": "inputs/none.png", "prompt": "pan", "model": ref}
-    return httpx.post(fleet.gateway_url() + "/v1/jobs", json=body, timeout=30)
+    response = post(api, image, model="odd@1")
+    assert response.status_code == 422 and "no version 'odd@1'" in response.text  # not pushed

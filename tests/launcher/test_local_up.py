@@ -20,14 +20,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+import av
 import httpx
 import pytest
 
 from animfleet.jobs import JobState
 from animfleet.topology import Topology
+from animfleet_sdk import Animfleet, ApiError
 from dispatcher import Client
 from launcher.local_servers import free_port
 from tools import EXAMPLE_IMAGE
+from tools.families.tiny import build_tiny
 
 ROOT = Path(__file__).resolve().parents[2]
 STANDIN = {"ANIMFLEET_WORKER_ANIMATOR": "tests.fixtures.standin:StandinAnimator"}
@@ -50,14 +53,14 @@ def local_up(tmp_path: Path) -> Iterator[Callable[..., Started]]:
     started: list[subprocess.Popen[str]] = []
     readers: list[threading.Thread] = []
 
-    def start(*options: str) -> Started:
+    def start(*options: str, standin: bool = True) -> Started:
         if "--port" not in options:  # never 8000: other fleets may run beside this one
             options = (*options, "--port", str(free_port()))
         argv = [sys.executable, "-m", "launcher", "local", "up", "--root", str(tmp_path / "run")]
         process = subprocess.Popen(
             [*argv, "--storage", "local", "--region", "one", "--model", "standin:0.2", *options],
             cwd=ROOT,
-            env={**os.environ, **STANDIN},
+            env={**os.environ, **(STANDIN if standin else {})},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -237,3 +240,33 @@ def test_a_port_in_use_is_one_line_naming_the_option(tmp_path: Path) -> None:
             assert line == (
                 f"animfleet: error: {option} {port}: 127.0.0.1:{port} is in use; give another"
             )
+
+
+def test_local_up_serves_a_family_checkpoint_to_the_sdk_unchanged(
+    local_up: Callable[..., Started], tmp_path: Path
+) -> None:
+    """``--model`` a tiny LTX-Video directory: the SDK submits as to any fleet, the gateway
+    fits the job to the family's rules (frames 8k+1 here 4k+1: the tiny VAE) and says so."""
+    model = build_tiny("ltx", tmp_path / "tiny-ltx")
+    port = free_port()
+    fleet = local_up("--model", str(model), "--port", str(port), standin=False)
+    url, key = f"http://127.0.0.1:{port}", fleet.lines["API key (tenant default)"]
+    with Animfleet(url, api_key=key) as api:
+        job = api.submit(EXAMPLE_IMAGE, "pan left", frames=8, size=32, steps=2)
+        done = api.wait(job.id, 180)
+        assert done.status == "succeeded", done
+        assert done.model_version == "tiny-ltx@local"
+        assert done.input["frames"] == 9 and done.input["family"] == "LTXImageToVideoPipeline"
+        assert [(a["field"], a["asked"], a["delivered"]) for a in done.input["adjustments"]] == [
+            ("frames", 8, 9)
+        ]
+        fleet_file = fleet.lines["export ANIMFLEET_FLEET_FILE"].split()[0]
+        out = tmp_path / "video.mp4"
+        downloaded = _animfleet(fleet_file, "download", done.id, "-o", str(out))
+        assert downloaded.returncode == 0, downloaded.stderr
+        with av.open(str(out)) as container:
+            frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+        assert len(frames) == 9 and frames[0].shape == (32, 32, 3)
+        with pytest.raises(ApiError) as refused:
+            api.submit(EXAMPLE_IMAGE, "pan left", loop=True, size=32)
+        assert "loop" in str(refused.value) and "tiny-ltx@local" in str(refused.value)

@@ -71,13 +71,13 @@ def test_a_second_region_push_and_errors(
 ) -> None:
     model = tmp_path / "model"
     model.mkdir()
-    (model / "model_index.json").write_text("{}")
+    (model / "model_index.json").write_text('{"_class_name": "AnimationPipeline"}')
     base = ["--fleet", str(fleet), "model"]
     assert main([*base, "push", str(model), "m@1", "--region", "two"]) == 0
     capsys.readouterr()
     assert ModelCatalog(redis_client, "one").refs() == set()  # only the region asked for
 
-    (model / "model_index.json").write_text('{"changed": true}')
+    (model / "model_index.json").write_text('{"_class_name": "AnimationPipeline", "changed": 1}')
     for argv, says in [
         (["push", str(model), "m@1"], "immutable"),  # refused before touching region one
         (["push", str(model), "no-version"], "name@version"),
