@@ -219,7 +219,8 @@ def bench_family(family: str, args: argparse.Namespace, root: Path) -> list[Row]
     seconds, peak, reference = timed(render_with(pipe, extra), args.videos, args.device)
     rows.append(Row(f"stock call ({precision})", seconds, peak, float("inf")))
     del pipe
-    for label, update in OPTIONS:
+    wanted = args.options.split(",") if args.options else [label for label, _ in OPTIONS]
+    for label, update in (option for option in OPTIONS if option[0] in wanted):
         choice = FamilyChoice(precision=precision, **update)  # type: ignore[arg-type]
         try:
             pipe, extra = build()
@@ -243,6 +244,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--videos", type=int, default=1)
     parser.add_argument("--tiny", action="store_true", help="the tiny checkpoints (dry run)")
+    parser.add_argument("--options", default="", help="comma-separated labels (default: all)")
     args = parser.parse_args()
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
     print(f"{name}: {args.steps} steps, median of {args.videos} video(s) after a warm-up")

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from workers.model.families.caching import Cache, denoiser, diffusers_pipe, enable_cache
 from workers.model.families.fit import MemoryPlan
-from workers.model.runtime.profile import PSNR_FLOOR_DB, weights_hash
+from workers.model.pipelines.checks import PSNR_FLOOR_DB, weights_hash
 
 FAMILY_PROFILE_FILE = "family_profile.json"
 

@@ -38,7 +38,7 @@ from workers.model.families.profile import (
     FamilyProfile,
     apply_choice,
 )
-from workers.model.runtime.profile import PSNR_FLOOR_DB, psnr
+from workers.model.pipelines.checks import PSNR_FLOOR_DB, psnr
 
 log = logging.getLogger("animfleet.worker.families")
 

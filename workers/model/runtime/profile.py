@@ -10,18 +10,18 @@ why. Settings set explicitly in the environment still win.
 
 from __future__ import annotations
 
-import hashlib
-import math
 from pathlib import Path
 from typing import Literal
 
-import numpy as np
-import numpy.typing as npt
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+# Re-exported: the floor, PSNR and the weights hash are shared with the families' profiles.
+from workers.model.pipelines.checks import PSNR_FLOOR_DB as PSNR_FLOOR_DB
+from workers.model.pipelines.checks import psnr as psnr
+from workers.model.pipelines.checks import weights_hash as weights_hash
+
 PROFILE_FILE = "serving_profile.json"
-PSNR_FLOOR_DB = 40.0
 
 Precision = Literal["bf16", "fp32"]
 # "auto" lets torch pick the scaled-dot-product kernel; the others pin one (torch's SDPBackend).
@@ -100,19 +100,6 @@ def device_key(device: str | torch.device = "cpu") -> str:
     return "cpu:" + "+".join(features)
 
 
-def weights_hash(model_dir: Path, part: str = "unet") -> str:
-    """sha256 (16 hex digits) of the denoiser's (``part``: ``unet``, a family's
-    ``transformer``) config and weights: what a measurement or an artifact is valid for."""
-    digest = hashlib.sha256()
-    folder = model_dir / part
-    for path in sorted(folder.glob("*.json")) + sorted(folder.glob("*.safetensors")):
-        digest.update(path.name.encode())
-        with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()[:16]
-
-
 def load_profile(model_dir: Path) -> ServingProfile | None:
     """The directory's profile, None without one; raises ValueError naming a broken file."""
     path = model_dir / PROFILE_FILE
@@ -158,9 +145,3 @@ def choose(model_dir: Path, device: str) -> tuple[Choice, str]:
     if choice is None:
         return SAFE, f"{source}; serving the safe choice"
     return choice, source
-
-
-def psnr(a: npt.NDArray[np.uint8], b: npt.NDArray[np.uint8]) -> float:
-    """PSNR in dB of two uint8 videos; inf when identical."""
-    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
-    return math.inf if mse == 0 else float(10 * np.log10(255.0**2 / mse))
