@@ -17,12 +17,13 @@ import numpy.typing as npt
 import torch
 
 from animfleet.errors import PermanentError
-from animfleet.families import UnknownFamily
+from animfleet.families import BUILT_IN_CLASS, UnknownFamily, class_name_of
 from animfleet.jobs import JobParams
 from animfleet.shipped_models import resolve_model
 from workers.errors import WorkerError
 from workers.model.addons.store import AddonError, AddonStore, job_addons, open_addons
 from workers.model.families.base import FamilyPipeline
+from workers.model.families.serving import serve_at_boot
 from workers.model.imaging.brush import BrushPlan
 from workers.model.imaging.templates import DEFAULT_MAX_BYTES, Features, TemplateCache
 from workers.model.pipelines.animation import StepCallback, describe
@@ -170,6 +171,22 @@ class Animator:
         buckets = [ShapeBucket.parse(b) for b in settings.shape_buckets.split(",") if b.strip()]
         model_dir = resolve_model(settings.model_dir)
         kind = settings.device_kind or device_key(settings.device)
+        if class_name_of(model_dir) != BUILT_IN_CLASS:  # a diffusers family: its own profile
+            animator = cls._build(settings, model_dir, SAFE, buckets, False)
+            assert animator.family is not None
+            first = buckets[0] if buckets else ShapeBucket(9, 64, 64)
+            served = serve_at_boot(
+                model_dir,
+                kind=kind,
+                device=settings.device,
+                steps=animator.variant.steps,
+                bucket=(first.frames, first.height, first.width),
+                budget_s=settings.boot_tune_s if settings.profile else 0.0,
+                objects=shared.objects if shared else None,
+            )
+            served.hook(settings.device, animator.variant.steps)(animator.family)
+            animator.info.update(serving=served.choice.label(), serving_source=served.source)
+            return animator
         profiled, source = serving_choice(settings, model_dir, kind)
         # Where the served choice came from, in a word (bench and logs print it).
         origin = "profile entry" if profiled is not None else "fallback"

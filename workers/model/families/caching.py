@@ -62,6 +62,9 @@ def supports_cache(pipe: Any) -> str | None:
     module = denoiser(pipe)
     if not callable(getattr(module, "enable_cache", None)):
         return f"{type(module).__name__} has no diffusers cache hooks (not a CacheMixin)"
+    if getattr(diffusers_pipe(pipe), "transformer_2", None) is not None:
+        # Wan 2.2's second expert takes the low-noise steps: hooks on the first cover only part.
+        return "two experts share the steps: a cache on one would act on part of them only"
     if len(repeated_blocks(module)) < 2:
         return f"{type(module).__name__} has fewer than two repeated blocks to cache"
     return None

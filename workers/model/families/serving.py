@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import ValidationError
 
-from animfleet.families import read_spec
+from animfleet.families import JobAsk, family_of, fit_job, read_spec
 from storage import ObjectStore, StorageError
 from workers.model.families.fit import (
     DTYPE_BYTES,
@@ -45,6 +45,7 @@ from workers.model.families.profile import (
     load_family_profile,
     scheduler_swaps,
 )
+from workers.model.families.registry import load_family
 from workers.model.families.tune import Search, tune
 from workers.model.pipelines.generation import GenerationParams
 
@@ -174,3 +175,31 @@ def choose_family_profile(
         shared.write(entry)
     source = f"no family profile for {kind}: measured at boot ({entry.note})"
     return Served(entry.chosen, memory, source, tuple(entry.mag_ratios))
+
+
+def serve_at_boot(
+    model_dir: Path,
+    *,
+    kind: str,
+    device: str,
+    steps: int,
+    bucket: tuple[int, int, int],
+    budget_s: float,
+    objects: ObjectStore | None,
+) -> Served:
+    """What a worker serves the family checkpoint ``model_dir`` with: its profile measured at
+    ``bucket`` (frames, height, width), first fitted to the family's rules."""
+    spec = read_spec(model_dir)
+    frames, height, width = bucket
+    fitted = fit_job(spec, model_dir.name, JobAsk(frames=frames, width=width, height=height))
+    return choose_family_profile(
+        model_dir,
+        lambda: load_family(model_dir),
+        kind=kind,
+        device=device,
+        size=(fitted.frames, fitted.height, fitted.width),
+        steps=steps,
+        budget_s=budget_s,
+        shared=SharedFamilyProfiles(objects) if objects is not None else None,
+        schedulers=family_of(spec.pipeline_class).scheduler_swaps,
+    )

@@ -4,6 +4,7 @@ through the adapters' profile hook."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import torch
 
 from storage.local import LocalStore
 from tools.families.tiny import build_tiny
+from workers.model.animator import Animator
 from workers.model.families.profile import (
     REFERENCE,
     FamilyChoice,
@@ -25,6 +27,7 @@ from workers.model.families.serving import (
     card_renderer,
     choose_family_profile,
 )
+from workers.settings import WorkerSettings
 
 KIND = "cpu:TESTKIND"
 SIZE, STEPS = (9, 32, 32), 3
@@ -90,4 +93,33 @@ def test_the_hook_serves_the_choice(tiny_ltx: Path) -> None:
     frames = card_renderer(*SIZE, STEPS)(adapter)
     assert frames.shape == (9, 32, 32, 3)
     processors = [m.processor for m in adapter.denoiser.modules() if hasattr(m, "processor")]
+    assert {str(p._attention_backend) for p in processors} == {"AttentionBackendName._NATIVE_MATH"}
+
+
+def test_a_worker_serves_a_family_checkpoint_with_its_profile(
+    tiny_ltx: Path, tmp_path: Path
+) -> None:
+    """``Animator.from_settings`` takes the family path: the profile entry beside the checkpoint
+    for this device kind is applied to the loaded pipeline and named in the worker's info."""
+    model_dir = tmp_path / "ltx"
+    shutil.copytree(tiny_ltx, model_dir)
+    entry = FamilyProfile(
+        device=KIND,
+        torch=torch.__version__,
+        diffusers="test",
+        pipeline="LTXImageToVideoPipeline",
+        weights=family_weights(model_dir),
+        size="9x32x32",
+        steps=STEPS,
+        chosen=FamilyChoice(attention="_native_math"),
+    )
+    save_family_profile(model_dir, entry)
+    settings = WorkerSettings(
+        model_dir=model_dir, device_kind=KIND, shape_buckets="9x32x32", boot_tune_s=0
+    )
+    animator = Animator.from_settings(settings)
+    assert animator.family is not None
+    assert animator.info["serving_source"] == f"family profile for {KIND}"
+    modules = animator.family.denoiser.modules()
+    processors = [m.processor for m in modules if hasattr(m, "processor")]
     assert {str(p._attention_backend) for p in processors} == {"AttentionBackendName._NATIVE_MATH"}
