@@ -25,11 +25,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from animfleet.errors import PermanentError
+
 # The project's own motion model (its pipeline class); every other class must be a family's.
 BUILT_IN_CLASS = "AnimationPipeline"
 
 
-class UnknownFamily(ValueError):
+class UnknownFamily(PermanentError, ValueError):
     """A checkpoint whose pipeline class no family serves."""
 
 
@@ -277,7 +279,7 @@ class Adjustment(BaseModel):
     rule: str
 
 
-class Refused(ValueError):
+class Refused(PermanentError, ValueError):
     """A job a family cannot run: the field, and a message naming the model and the rule."""
 
     def __init__(self, field: str, message: str) -> None:

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from storage.base import ObjectStore, StorageRejected
+from animfleet.errors import PermanentError
+from storage.base import ObjectStore, StorageError, StorageRejected
 
 PART_BYTES = 16 * 2**20
 THREADS = 8
@@ -43,7 +44,7 @@ class BlobFile(Protocol):
     bytes: int
 
 
-class BlobMismatch(Exception):
+class BlobMismatch(StorageError, PermanentError):
     """A freshly fetched file does not match its manifest entry (the registry words the error)."""
 
     def __init__(self, file: BlobFile, actual: str, size: int) -> None:
@@ -51,7 +52,7 @@ class BlobMismatch(Exception):
         self.file, self.actual, self.size = file, actual, size
 
 
-class BlobMissing(Exception):
+class BlobMissing(StorageError, PermanentError):
     """The bucket has no blob for a file (the registry words the error)."""
 
     def __init__(self, file: BlobFile, key: str) -> None:

@@ -34,10 +34,12 @@ from dataclasses import dataclass
 import redis
 import structlog
 
+from animfleet.errors import TransientError
 from animfleet.region.affinity import DirectQueues, Holdings
 from animfleet.region.jobstore import JobStore
 from animfleet.region.runs import Run, RunLeases
 from animfleet.region.workers import WorkerRegistry, slot_names
+from workers.errors import WorkerError
 
 log = structlog.stdlib.get_logger("animfleet.worker.heartbeat")
 
@@ -204,5 +206,5 @@ class Heartbeat:
         self.on_fatal(reason)
 
 
-class SlotHung(Exception):
+class SlotHung(WorkerError, TransientError):
     """A slot's run is still held past the hard time limit."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import redis
 
+from animfleet.errors import TransientError
 from animfleet.region.keys import SWEEP_LEASE_KEY
 
 # KEYS: lease. ARGV: holder, ttl ms. 1 when the caller holds the lease for ttl from now.
@@ -28,7 +29,7 @@ return 0
 """
 
 
-class SweepLost(Exception):
+class SweepLost(TransientError):
     """Another sweeper copy holds the region's lease now: this pass stops."""
 
 

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 import redis
 import structlog
 
+from animfleet.errors import TransientError
 from animfleet.jobs import JobRecord
 from animfleet.region.admission import (
     NONCE_BYTES,
@@ -37,11 +38,12 @@ from animfleet.region.broker_outbox import BrokerOutbox
 from animfleet.region.jobstore import JobStore
 from animfleet.region.messages import AnimateMessages
 from animfleet.topology import Region
+from dispatcher.errors import DispatcherError
 
 log = structlog.stdlib.get_logger("animfleet.dispatcher")
 
 
-class OutcomeUnknown(redis.ConnectionError):
+class OutcomeUnknown(DispatcherError, TransientError, redis.ConnectionError):
     """An admission whose reply was lost, and whose outcome could not be read either: the job
     may exist. Whoever bound keys for it keeps them bound."""
 
