@@ -51,6 +51,20 @@ def _never() -> Any:
     raise AssertionError("measured although an entry existed")
 
 
+def _math_entry(model_dir: Path) -> FamilyProfile:
+    """A profile entry for this kind choosing the math attention backend (an easy mark)."""
+    return FamilyProfile(
+        device=KIND,
+        torch=torch.__version__,
+        diffusers="test",
+        pipeline="LTXImageToVideoPipeline",
+        weights=family_weights(model_dir),
+        size="9x32x32",
+        steps=STEPS,
+        chosen=FamilyChoice(attention="_native_math"),
+    )
+
+
 def test_measured_at_boot_once_then_read_from_the_bucket(tiny_ltx: Path, tmp_path: Path) -> None:
     shared = SharedFamilyProfiles(LocalStore(tmp_path / "bucket"))
     served = _choose(tiny_ltx, lambda: load_family(tiny_ltx), shared=shared)
@@ -68,16 +82,7 @@ def test_the_file_beside_the_model_wins_and_measuring_off_serves_fp32_eager(
 ) -> None:
     off = _choose(tiny_ltx, _never, budget_s=0)
     assert off.choice == REFERENCE and "measuring off" in off.source
-    entry = FamilyProfile(
-        device=KIND,
-        torch=torch.__version__,
-        diffusers="test",
-        pipeline="LTXImageToVideoPipeline",
-        weights=family_weights(tiny_ltx),
-        size="9x32x32",
-        steps=STEPS,
-        chosen=FamilyChoice(attention="_native_math"),
-    )
+    entry = _math_entry(tiny_ltx)
     save_family_profile(tiny_ltx, entry)
     served = _choose(tiny_ltx, _never)
     assert served.choice.attention == "_native_math"
@@ -103,16 +108,7 @@ def test_a_worker_serves_a_family_checkpoint_with_its_profile(
     for this device kind is applied to the loaded pipeline and named in the worker's info."""
     model_dir = tmp_path / "ltx"
     shutil.copytree(tiny_ltx, model_dir)
-    entry = FamilyProfile(
-        device=KIND,
-        torch=torch.__version__,
-        diffusers="test",
-        pipeline="LTXImageToVideoPipeline",
-        weights=family_weights(model_dir),
-        size="9x32x32",
-        steps=STEPS,
-        chosen=FamilyChoice(attention="_native_math"),
-    )
+    entry = _math_entry(model_dir)
     save_family_profile(model_dir, entry)
     settings = WorkerSettings(
         model_dir=model_dir, device_kind=KIND, shape_buckets="9x32x32", boot_tune_s=0
