@@ -137,12 +137,18 @@ test-e2e-rabbitmq: venv
 # fleet has its own servers, in its worker's own port range). Each run's log is printed after.
 FAULT_WORKERS ?= 3
 VARIANT_LOGS := $(or $(TMPDIR),/tmp)/animfleet-faults
+# The partial-failure and resharding cases (lost replies, throttled reads, dying threads, a cell
+# added, RabbitMQ with the store away) run in `make test`'s pass, not yet side by side here:
+# their fleets' cost under six concurrent fleets on two cores is the next thing to cut.
+PLAIN_PASS_ONLY := $(addprefix --ignore=tests/faults/,test_lost_replies.py \
+	test_worker_threads.py test_cell_added.py test_rabbitmq_store_outage.py)
 test-faults-variants: venv
 	@rm -rf $(VARIANT_LOGS) && mkdir -p $(VARIANT_LOGS)
 	@{ ANIMFLEET_LOCAL_STORE=cluster $(PY) -m pytest -n $(FAULT_WORKERS) tests/faults \
+		$(PLAIN_PASS_ONLY) \
 		> $(VARIANT_LOGS)/cluster.log 2>&1; echo $$? > $(VARIANT_LOGS)/cluster.rc; } & \
 	{ ANIMFLEET_LOCAL_BROKER=rabbitmq ANIMFLEET_TEST_PORT_SLOT=4 \
-		$(PY) -m pytest -n $(FAULT_WORKERS) tests/faults \
+		$(PY) -m pytest -n $(FAULT_WORKERS) tests/faults $(PLAIN_PASS_ONLY) \
 		> $(VARIANT_LOGS)/rabbitmq.log 2>&1; echo $$? > $(VARIANT_LOGS)/rabbitmq.rc; }; wait
 	@for variant in cluster rabbitmq; do \
 		echo "== tests/faults with the $$variant variant"; cat $(VARIANT_LOGS)/$$variant.log; done
